@@ -1,0 +1,48 @@
+#include "engine/autograd/cancellation.h"
+
+#include <utility>
+#include <vector>
+
+namespace gradserve::autograd {
+
+void CancellationToken::Cancel(absl::Status reason) {
+  std::map<int64_t, std::function<void()>> to_run;
+  {
+    absl::MutexLock lock(&mutex_);
+    if (cancelled_.load(std::memory_order_relaxed)) return;
+    reason_ = std::move(reason);
+    cancelled_.store(true, std::memory_order_release);
+    to_run.swap(callbacks_);
+  }
+  for (auto& [id, fn] : to_run) fn();
+}
+
+absl::Status CancellationToken::Check() const {
+  if (cancelled_.load(std::memory_order_acquire)) {
+    absl::MutexLock lock(&mutex_);
+    return reason_;
+  }
+  if (deadline_ != absl::InfiniteFuture() && absl::Now() >= deadline_) {
+    return absl::DeadlineExceededError("the call's deadline passed while the work was running");
+  }
+  return absl::OkStatus();
+}
+
+int64_t CancellationToken::AddCallback(std::function<void()> fn) {
+  {
+    absl::MutexLock lock(&mutex_);
+    if (!cancelled_.load(std::memory_order_relaxed)) {
+      callbacks_.emplace(next_id_, std::move(fn));
+      return next_id_++;
+    }
+  }
+  fn();
+  return -1;
+}
+
+void CancellationToken::RemoveCallback(int64_t id) {
+  absl::MutexLock lock(&mutex_);
+  callbacks_.erase(id);
+}
+
+}  // namespace gradserve::autograd

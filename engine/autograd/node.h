@@ -1,0 +1,135 @@
+// Node: one backward function of the recorded graph (PyTorch's grad_fn).
+//
+// Note [Node numbering]
+// sequence_nr counts Nodes in creation order, per thread, as in PyTorch; the ReadyQueue runs the
+// ready Node with the highest sequence_nr first, which approximates reverse creation order.
+// topological_nr is the length of the longest path from the Node to any leaf (AccumulateGrad and
+// other Nodes without next edges have 0). If a Node X is reachable from Y then
+// X.topological_nr < Y.topological_nr, which lets the Engine prune whole sub-graphs that cannot
+// reach the requested outputs (min_topo_nr). It is fixed once the Node's edges are set, which
+// must happen before anything depends on the Node.
+//
+// Note [Node thread safety]
+// Several GraphTasks may run the same Node at once (backward calls over a retained graph run on
+// different threads). The Engine holds the Node's mutex() while it calls the Node's hooks,
+// apply() and release_variables(), so a Node's own state (saved variables) needs no other
+// guard. A reentrant Node (one whose apply runs a nested backward) holds its mutex through the
+// nested backward; MAX_DEPTH bounds how many such mutexes one thread holds.
+//
+// Note [Tearing down long chains]
+// Destroying a Node releases its next edges, which may destroy the next Node, and so on: a
+// chain of a million Nodes would overflow the stack if that recursed. Nodes are therefore made
+// with MakeNode, whose deleter (DeleteNode) unlinks such chains iteratively.
+
+#ifndef GRADSERVE_ENGINE_AUTOGRAD_NODE_H_
+#define GRADSERVE_ENGINE_AUTOGRAD_NODE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "engine/autograd/edge.h"
+#include "engine/autograd/function_hook.h"
+#include "engine/autograd/input_metadata.h"
+#include "engine/tensor/tensor.h"
+
+namespace gradserve::autograd {
+
+class Node : public std::enable_shared_from_this<Node> {
+ public:
+  // Takes the next sequence number of this thread.
+  explicit Node(EdgeList next_edges = EdgeList());
+  virtual ~Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // The backward function: from the gradients of the forward op's outputs (one per input of
+  // this Node; an undefined tensor means zero) to the gradients of the forward op's inputs (one
+  // per next edge; undefined where none is needed). Called by the Engine with mutex() held.
+  // Errors: throws StatusError (Note [Errors inside the engine]).
+  virtual TensorList apply(TensorList&& grads) = 0;
+
+  // PyTorch's name of the backward function, e.g. "MulBackward0".
+  virtual std::string name() const = 0;
+
+  // Frees what the backward needs (saved tensors). Called by the Engine after apply() unless the
+  // graph is kept; a later apply() then throws FAILED_PRECONDITION.
+  virtual void release_variables() {}
+
+  // --- Edges: where the gradients this Node makes go. ---
+  const EdgeList& next_edges() const { return next_edges_; }
+  const Edge& next_edge(size_t i) const { return next_edges_[i]; }
+  uint32_t num_outputs() const { return static_cast<uint32_t>(next_edges_.size()); }
+  // True if gradient output i is needed by anything.
+  bool should_compute_output(size_t i) const { return next_edges_[i].is_valid(); }
+  // Sets the edges and, from them, topological_nr (Note [Node numbering]).
+  void set_next_edges(EdgeList next_edges);
+
+  // --- Inputs: the gradients this Node receives. ---
+  // Records the metadata of a forward output; returns its input number.
+  uint32_t add_input_metadata(const InputMetadata& metadata);
+  uint32_t num_inputs() const { return static_cast<uint32_t>(input_metadata_.size()); }
+  const InputMetadata& input_metadata(size_t i) const { return input_metadata_[i]; }
+
+  uint64_t sequence_nr() const { return sequence_nr_; }
+  uint64_t topological_nr() const { return topological_nr_; }
+
+  // A description of the forward op that made this Node, for error messages (e.g.
+  // "op #3 'h' = mul"); empty if none was given.
+  const std::string& label() const { return label_; }
+  void set_label(std::string label) { label_ = std::move(label); }
+  // name(), with the label if any: what error messages call this Node.
+  std::string DebugName() const;
+
+  // --- Hooks (function_hook.h says in which order they run). Not thread-safe against a
+  // backward that is running; register them while the graph is being built. ---
+  void add_tensor_pre_hook(uint32_t input_nr, std::shared_ptr<TensorHook> hook) {
+    tensor_pre_hooks_.emplace_back(input_nr, std::move(hook));
+  }
+  void add_pre_hook(std::unique_ptr<FunctionPreHook> hook) { pre_hooks_.push_back(std::move(hook)); }
+  void add_post_hook(std::unique_ptr<FunctionPostHook> hook) {
+    post_hooks_.push_back(std::move(hook));
+  }
+  const std::vector<std::pair<uint32_t, std::shared_ptr<TensorHook>>>& tensor_pre_hooks() const {
+    return tensor_pre_hooks_;
+  }
+  const std::vector<std::unique_ptr<FunctionPreHook>>& pre_hooks() const { return pre_hooks_; }
+  const std::vector<std::unique_ptr<FunctionPostHook>>& post_hooks() const { return post_hooks_; }
+
+  // Note [Node thread safety].
+  absl::Mutex& mutex() const { return mutex_; }
+
+ private:
+  friend void DeleteNode(Node* node);
+
+  const uint64_t sequence_nr_;
+  uint64_t topological_nr_ = 0;
+  EdgeList next_edges_;
+  std::vector<InputMetadata> input_metadata_;
+  std::string label_;
+  std::vector<std::pair<uint32_t, std::shared_ptr<TensorHook>>> tensor_pre_hooks_;
+  std::vector<std::unique_ptr<FunctionPreHook>> pre_hooks_;
+  std::vector<std::unique_ptr<FunctionPostHook>> post_hooks_;
+  mutable absl::Mutex mutex_;
+};
+
+// Deletes a Node, unlinking chains of Nodes that die with it without recursion
+// (Note [Tearing down long chains]).
+void DeleteNode(Node* node);
+
+// Makes a Node of type T owned by a shared_ptr whose deleter is DeleteNode. Every Node must be
+// made this way.
+template <typename T, typename... Args>
+std::shared_ptr<T> MakeNode(Args&&... args) {
+  return std::shared_ptr<T>(new T(std::forward<Args>(args)...), DeleteNode);
+}
+
+// The next sequence number on this thread (Note [Node numbering]).
+uint64_t NextSequenceNr();
+
+}  // namespace gradserve::autograd
+
+#endif  // GRADSERVE_ENGINE_AUTOGRAD_NODE_H_

@@ -1,0 +1,49 @@
+#include "engine/autograd/saved_variable.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/autograd/autograd_meta.h"
+#include "engine/autograd/node.h"
+
+namespace gradserve::autograd {
+
+SavedVariable::SavedVariable(const Tensor& t, bool is_output) : was_defined_(t.defined()) {
+  if (!t.defined()) return;
+  if (!t.requires_grad() || t.is_leaf()) {
+    data_ = t;
+    saved_original_ = true;
+    return;
+  }
+  data_ = t.detach();
+  output_nr_ = t.output_nr();
+  is_output_ = is_output;
+  if (!is_output) grad_fn_ = t.grad_fn();
+}
+
+Tensor SavedVariable::unpack(const Node* saved_for) const {
+  if (released_) {
+    ThrowStatus(absl::FailedPreconditionError(absl::StrCat(
+        "trying to backward through the graph a second time: the saved tensors of ",
+        saved_for != nullptr ? saved_for->DebugName() : std::string("a node"),
+        " were freed after the first backward; set retain_graph on the earlier call to "
+        "keep them")));
+  }
+  if (!was_defined_ || saved_original_) return data_;
+  Tensor out = data_.detach();
+  AutogradMeta& meta = out.mutable_autograd_meta();
+  meta.output_nr = output_nr_;
+  if (is_output_) {
+    // The saving Node is alive (it is running), so its shared_ptr can be recovered.
+    meta.grad_fn = const_cast<Node*>(saved_for)->shared_from_this();
+  } else {
+    meta.grad_fn = grad_fn_;
+  }
+  return out;
+}
+
+void SavedVariable::reset() {
+  data_ = Tensor();
+  grad_fn_.reset();
+  released_ = true;
+}
+
+}  // namespace gradserve::autograd

@@ -1,0 +1,48 @@
+// SavedVariable: a tensor a backward function keeps from the forward pass.
+
+#ifndef GRADSERVE_ENGINE_AUTOGRAD_SAVED_VARIABLE_H_
+#define GRADSERVE_ENGINE_AUTOGRAD_SAVED_VARIABLE_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "engine/tensor/tensor.h"
+
+namespace gradserve::autograd {
+
+class Node;
+
+// Saves a tensor so that unpack() later gives back a tensor with the same data and, when grad
+// mode records the backward (create_graph), the same place in the graph.
+//
+// A tensor that is an output of the saving Node itself is saved without its grad_fn (that would
+// be a reference cycle); unpack(node) puts it back. Leaves are kept as they are, so gradients of
+// a double backward still reach their AccumulateGrad.
+//
+// Errors: unpack() after reset() throws FAILED_PRECONDITION, the error of a second backward
+// through a graph that was not retained.
+// Thread safety: none of its own; the saving Node's mutex guards it (Note [Node thread safety]).
+class SavedVariable {
+ public:
+  SavedVariable() = default;
+  SavedVariable(const Tensor& t, bool is_output);
+
+  // The saved tensor; `saved_for` is the Node that saved it (needed for outputs, and named in
+  // the error if the tensor was freed). An undefined tensor saved gives an undefined tensor.
+  Tensor unpack(const Node* saved_for) const;
+  // Frees the data (release_variables).
+  void reset();
+
+ private:
+  Tensor data_;  // detached, or the leaf itself
+  std::shared_ptr<Node> grad_fn_;  // for non-outputs made by an op
+  uint32_t output_nr_ = 0;
+  bool saved_original_ = false;  // data_ is the tensor itself (a leaf or a constant)
+  bool is_output_ = false;
+  bool was_defined_ = false;
+  bool released_ = false;
+};
+
+}  // namespace gradserve::autograd
+
+#endif  // GRADSERVE_ENGINE_AUTOGRAD_SAVED_VARIABLE_H_

@@ -1,0 +1,64 @@
+#include "engine/autograd/variable.h"
+
+#include "engine/autograd/accumulate_grad.h"
+#include "engine/autograd/autograd_meta.h"
+#include "engine/autograd/grad_mode.h"
+
+namespace gradserve::autograd {
+
+bool ShouldRecord(absl::Span<const Tensor> inputs) {
+  if (!GradMode::is_enabled()) return false;
+  for (const Tensor& t : inputs) {
+    if (t.defined() && t.requires_grad()) return true;
+  }
+  return false;
+}
+
+bool ShouldRecord(std::initializer_list<Tensor> inputs) {
+  return ShouldRecord(absl::MakeConstSpan(inputs.begin(), inputs.size()));
+}
+
+Edge GradientEdge(const Tensor& t) {
+  if (!t.defined()) return Edge();
+  if (const auto& fn = t.grad_fn()) return Edge(fn, t.output_nr());
+  if (auto acc = GradAccumulator(t)) return Edge(std::move(acc), 0);
+  return Edge();
+}
+
+EdgeList CollectNextEdges(absl::Span<const Tensor> inputs) {
+  EdgeList edges;
+  edges.reserve(inputs.size());
+  for (const Tensor& t : inputs) edges.push_back(GradientEdge(t));
+  return edges;
+}
+
+EdgeList CollectNextEdges(std::initializer_list<Tensor> inputs) {
+  return CollectNextEdges(absl::MakeConstSpan(inputs.begin(), inputs.size()));
+}
+
+void SetHistory(Tensor& out, const std::shared_ptr<Node>& node) {
+  AutogradMeta& meta = out.mutable_autograd_meta();
+  meta.output_nr = node->add_input_metadata(InputMetadata(out));
+  meta.grad_fn = node;
+}
+
+std::shared_ptr<Node> GradAccumulator(const Tensor& leaf) {
+  AutogradMeta* meta = leaf.autograd_meta();
+  if (meta == nullptr || !meta->requires_grad || meta->grad_fn != nullptr) return nullptr;
+  absl::MutexLock lock(&meta->mutex);
+  if (auto existing = meta->grad_accumulator.lock()) return existing;
+  std::shared_ptr<Node> made = MakeNode<AccumulateGrad>(leaf);
+  meta->grad_accumulator = made;
+  return made;
+}
+
+void RegisterHook(const Tensor& t, std::shared_ptr<TensorHook> hook) {
+  GS_CHECK_ARG(t.requires_grad(), "cannot register a hook on a tensor that does not require grad");
+  if (const auto& fn = t.grad_fn()) {
+    fn->add_tensor_pre_hook(t.output_nr(), std::move(hook));
+  } else {
+    GradAccumulator(t)->add_tensor_pre_hook(0, std::move(hook));
+  }
+}
+
+}  // namespace gradserve::autograd

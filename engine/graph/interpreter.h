@@ -1,0 +1,76 @@
+// The graph interpreter: validates a Graph, runs it forward recording the autograd graph, and
+// runs backward calls over the result.
+
+#ifndef GRADSERVE_ENGINE_GRAPH_INTERPRETER_H_
+#define GRADSERVE_ENGINE_GRAPH_INTERPRETER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "engine/autograd/cancellation.h"
+#include "engine/graph/graph.h"
+#include "engine/tensor/memory_budget.h"
+
+namespace gradserve::graph {
+
+// Limits a caller (the server) sets on what one request may ask for. Every one is checked
+// before the work it bounds; passing one is RESOURCE_EXHAUSTED naming the limit.
+struct Limits {
+  int64_t max_ops = 100'000;             // ops in the graph, sub-graphs included
+  int64_t max_leaves = 10'000;
+  int64_t max_tensor_elements = int64_t{1} << 28;  // any one tensor, leaf or computed
+  int64_t max_memory_bytes = int64_t{4} << 30;     // all tensors of the request at once
+  int64_t max_nesting = 128;             // sub-graphs within sub-graphs
+  int64_t max_backward_calls = 64;
+};
+
+// Checks a graph without running it: names defined before use and unique, ops known, input
+// counts and attribute names per the op's schema, leaves' dtypes, shape products and element
+// counts within limits. Errors are INVALID_ARGUMENT (RESOURCE_EXHAUSTED for limits) naming the
+// op (its index and first output) and the value.
+absl::Status Validate(const Graph& graph, const Limits& limits);
+
+// A graph run forward in grad mode, holding its autograd graph.
+//
+// Thread safety: Backward calls may run at once on different threads when each retains the
+// graph (Jacobian rows); results do not depend on their order. Anything else is serialized by
+// the caller.
+class RecordedGraph {
+ public:
+  // Validates, then runs the forward pass. cancel, if given, is checked between ops and passed
+  // to every backward. The memory of all tensors is charged to one budget of
+  // limits.max_memory_bytes.
+  static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
+      const Graph& graph, const Limits& limits,
+      std::shared_ptr<autograd::CancellationToken> cancel = nullptr);
+
+  // Runs one backward call.
+  absl::StatusOr<CallResult> Backward(const BackwardCall& call);
+
+  // A forward value by name; NOT_FOUND if no value has that name.
+  absl::StatusOr<Tensor> Value(absl::string_view name) const;
+
+  // Nodes recorded by the forward pass.
+  int64_t num_nodes() const { return num_nodes_; }
+  const std::shared_ptr<MemoryBudget>& budget() const { return budget_; }
+
+ private:
+  RecordedGraph() = default;
+  friend class Interpreter;
+
+  absl::flat_hash_map<std::string, Tensor> values_;
+  std::vector<std::string> leaf_names_;  // in order, for backward's default inputs
+  std::shared_ptr<MemoryBudget> budget_;
+  std::shared_ptr<autograd::CancellationToken> cancel_;
+  Limits limits_;
+  int64_t num_nodes_ = 0;
+};
+
+}  // namespace gradserve::graph
+
+#endif  // GRADSERVE_ENGINE_GRAPH_INTERPRETER_H_

@@ -1,0 +1,68 @@
+// The op registry: every op a graph may name, with its schema and how to run it.
+
+#ifndef GRADSERVE_ENGINE_OPS_OP_REGISTRY_H_
+#define GRADSERVE_ENGINE_OPS_OP_REGISTRY_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "engine/ops/attributes.h"
+#include "engine/tensor/tensor.h"
+
+namespace gradserve::ops {
+
+struct AttrSpec {
+  std::string name;
+  AttrType type;
+  bool required = false;
+  std::string doc;  // one line, including the default when not required
+};
+
+struct OpSchema {
+  std::string name;  // PyTorch's name: "add", "log_softmax", ...
+  std::string doc;   // one line
+  // Input names in order (PyTorch's argument names: "input", "other", "weight", ...). If
+  // variadic, the op takes one or more inputs (cat, stack) and input_names has one entry.
+  std::vector<std::string> input_names;
+  bool variadic = false;
+  // How many of the trailing inputs may be left out (layer_norm's weight and bias, conv2d's
+  // bias).
+  int optional_inputs = 0;
+  int num_outputs = 1;
+  std::vector<AttrSpec> attrs;
+  // The dtypes the op accepts for its tensor inputs, as a summary for server info.
+  std::vector<DType> dtypes;
+  // Runs the op with autograd recording (when grad mode is on). The caller has checked the
+  // input count and that no attribute is unknown; the op checks everything else and throws
+  // StatusError(INVALID_ARGUMENT) with a message that names the argument and shapes involved.
+  std::function<TensorList(const TensorList& inputs, const Attrs& attrs)> run;
+};
+
+// Thread safety: filled once on first use; read-only afterwards.
+class OpRegistry {
+ public:
+  static const OpRegistry& Get();
+
+  // Null if no op has that name.
+  const OpSchema* Find(absl::string_view name) const;
+  // All ops, sorted by name.
+  const std::vector<OpSchema>& ops() const { return ops_; }
+
+  void Add(OpSchema schema);
+
+ private:
+  std::vector<OpSchema> ops_;
+};
+
+// Each op family registers itself from its own file.
+void RegisterElementwiseOps(OpRegistry& registry);
+void RegisterReductionOps(OpRegistry& registry);
+void RegisterLinalgOps(OpRegistry& registry);
+void RegisterShapeOps(OpRegistry& registry);
+void RegisterNNOps(OpRegistry& registry);
+
+}  // namespace gradserve::ops
+
+#endif  // GRADSERVE_ENGINE_OPS_OP_REGISTRY_H_

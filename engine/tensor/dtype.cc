@@ -1,0 +1,27 @@
+#include "engine/tensor/dtype.h"
+
+namespace gradserve {
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kInt64:
+      return "int64";
+    case DType::kBool:
+      return "bool";
+  }
+  return "invalid";
+}
+
+std::optional<DType> ParseDType(absl::string_view name) {
+  if (name == "float32" || name == "float") return DType::kFloat32;
+  if (name == "float64" || name == "double") return DType::kFloat64;
+  if (name == "int64" || name == "long") return DType::kInt64;
+  if (name == "bool") return DType::kBool;
+  return std::nullopt;
+}
+
+}  // namespace gradserve

@@ -1,0 +1,33 @@
+#include "engine/tensor/memory_budget.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/tensor/status_error.h"
+
+namespace gradserve {
+namespace {
+thread_local std::shared_ptr<MemoryBudget> current_budget;
+}  // namespace
+
+void MemoryBudget::Charge(int64_t bytes) {
+  const int64_t now = used_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  if (now > limit_) {
+    used_.fetch_sub(bytes, std::memory_order_relaxed);
+    ThrowStatus(absl::ResourceExhaustedError(
+        absl::StrCat("request memory limit exceeded: allocating ", bytes, " bytes with ",
+                     now - bytes, " in use would pass the limit of ", limit_, " bytes")));
+  }
+  int64_t peak = peak_.load(std::memory_order_relaxed);
+  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+const std::shared_ptr<MemoryBudget>& CurrentMemoryBudget() { return current_budget; }
+
+MemoryBudgetScope::MemoryBudgetScope(std::shared_ptr<MemoryBudget> budget)
+    : previous_(std::move(current_budget)) {
+  current_budget = std::move(budget);
+}
+
+MemoryBudgetScope::~MemoryBudgetScope() { current_budget = std::move(previous_); }
+
+}  // namespace gradserve

@@ -1,0 +1,169 @@
+#include "engine/tensor/tensor.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/autograd/autograd_meta.h"
+#include "engine/autograd/node.h"
+#include "engine/device/device_registry.h"
+#include "engine/tensor/basic_kernels.h"
+
+namespace gradserve {
+
+TensorImpl::TensorImpl(std::shared_ptr<Storage> storage, int64_t storage_offset, Shape shape,
+                       Strides strides, DType dtype, int64_t numel)
+    : storage(std::move(storage)),
+      storage_offset(storage_offset),
+      shape(std::move(shape)),
+      strides(std::move(strides)),
+      dtype(dtype),
+      numel(numel) {}
+
+TensorImpl::~TensorImpl() = default;
+
+Tensor Tensor::Empty(absl::Span<const int64_t> shape, DType dtype, Device device) {
+  const int64_t numel = ValueOrThrow(CheckedNumel(shape));
+  size_t nbytes = 0;
+  if (__builtin_mul_overflow(static_cast<size_t>(numel), ElementSize(dtype), &nbytes)) {
+    ThrowStatus(absl::InvalidArgumentError(
+        absl::StrCat("shape ", ShapeToString(shape), " needs more bytes than memory can hold")));
+  }
+  auto storage = std::make_shared<Storage>(nbytes, DeviceRegistry::Get().allocator(device));
+  return Tensor(std::make_shared<TensorImpl>(std::move(storage), 0, Shape(shape.begin(), shape.end()),
+                                             ContiguousStrides(shape), dtype, numel));
+}
+
+Tensor Tensor::Zeros(absl::Span<const int64_t> shape, DType dtype, Device device) {
+  return Full(shape, 0.0, dtype, device);
+}
+
+Tensor Tensor::Full(absl::Span<const int64_t> shape, double value, DType dtype, Device device) {
+  if (!DeviceRegistry::Get().host_accessible(device)) {
+    Tensor host = Full(shape, value, dtype, kCPU);
+    return host.To(device);
+  }
+  Tensor t = Empty(shape, dtype, device);
+  Fill(t, value);
+  return t;
+}
+
+Tensor Tensor::Scalar(double value, DType dtype, Device device) {
+  return Full({}, value, dtype, device);
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int64_t d = dim() - 1; d >= 0; --d) {
+    const int64_t size = impl_->shape[d];
+    if (size == 1) continue;
+    if (impl_->strides[d] != expected) return false;
+    expected *= size;
+  }
+  return true;
+}
+
+std::string Tensor::DebugString() const {
+  if (!defined()) return "undefined tensor";
+  return absl::StrCat(DTypeName(dtype()), ShapeToString(shape()), " on ", DeviceName(device()));
+}
+
+double Tensor::item() const {
+  GS_CHECK_ARG(numel() == 1, "item() needs a tensor with one element, got ",
+               ShapeToString(shape()));
+  Tensor host = device().is_cpu() ? *this : To(kCPU);
+  return DispatchDType(dtype(), [&](auto tag) -> double {
+    using T = decltype(tag);
+    return static_cast<double>(*host.data<T>());
+  });
+}
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return Clone();
+}
+
+Tensor Tensor::Clone() const {
+  Tensor out = Empty(shape(), dtype(), device());
+  CopyInto(out, *this);
+  return out;
+}
+
+Tensor Tensor::To(DType new_dtype) const {
+  if (new_dtype == dtype()) return *this;
+  Tensor out = Empty(shape(), new_dtype, device());
+  CopyInto(out, *this);
+  return out;
+}
+
+Tensor Tensor::To(Device new_device) const {
+  if (new_device == device()) return *this;
+  Tensor src = contiguous();
+  Tensor out = Empty(shape(), dtype(), new_device);
+  CopyInto(out, src);
+  return out;
+}
+
+Tensor Tensor::AsStrided(absl::Span<const int64_t> new_shape, absl::Span<const int64_t> new_strides,
+                         int64_t new_offset) const {
+  GS_CHECK_INTERNAL(new_shape.size() == new_strides.size(), "AsStrided rank mismatch");
+  return Tensor(std::make_shared<TensorImpl>(
+      impl_->storage, new_offset, Shape(new_shape.begin(), new_shape.end()),
+      Strides(new_strides.begin(), new_strides.end()), dtype(), Numel(new_shape)));
+}
+
+bool Tensor::requires_grad() const {
+  const autograd::AutogradMeta* meta = autograd_meta();
+  return meta != nullptr && (meta->requires_grad || meta->grad_fn != nullptr);
+}
+
+void Tensor::set_requires_grad(bool requires_grad) {
+  if (!requires_grad && autograd_meta() == nullptr) return;
+  GS_CHECK_ARG(!requires_grad || IsFloating(dtype()),
+               "only floating tensors can require gradients, got ", DTypeName(dtype()));
+  GS_CHECK_ARG(is_leaf(), "requires_grad can only be set on leaf tensors");
+  mutable_autograd_meta().requires_grad = requires_grad;
+}
+
+const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
+  static const std::shared_ptr<autograd::Node> kNone;
+  const autograd::AutogradMeta* meta = autograd_meta();
+  return meta != nullptr ? meta->grad_fn : kNone;
+}
+
+uint32_t Tensor::output_nr() const {
+  const autograd::AutogradMeta* meta = autograd_meta();
+  return meta != nullptr ? meta->output_nr : 0;
+}
+
+Tensor Tensor::grad() const {
+  autograd::AutogradMeta* meta = autograd_meta();
+  if (meta == nullptr) return Tensor();
+  absl::MutexLock lock(&meta->mutex);
+  return meta->grad;
+}
+
+void Tensor::set_grad(Tensor grad) {
+  autograd::AutogradMeta& meta = mutable_autograd_meta();
+  absl::MutexLock lock(&meta.mutex);
+  meta.grad = std::move(grad);
+}
+
+Tensor Tensor::detach() const {
+  return Tensor(std::make_shared<TensorImpl>(impl_->storage, impl_->storage_offset, impl_->shape,
+                                             impl_->strides, impl_->dtype, impl_->numel));
+}
+
+const std::string& Tensor::name() const {
+  static const std::string kEmpty;
+  const autograd::AutogradMeta* meta = autograd_meta();
+  return meta != nullptr ? meta->name : kEmpty;
+}
+
+void Tensor::set_name(std::string name) { mutable_autograd_meta().name = std::move(name); }
+
+autograd::AutogradMeta& Tensor::mutable_autograd_meta() const {
+  if (impl_->autograd_meta == nullptr) {
+    impl_->autograd_meta = std::make_unique<autograd::AutogradMeta>();
+  }
+  return *impl_->autograd_meta;
+}
+
+}  // namespace gradserve

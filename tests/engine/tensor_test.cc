@@ -1,0 +1,54 @@
+#include "engine/tensor/tensor.h"
+
+#include "engine/tensor/basic_kernels.h"
+#include "gtest/gtest.h"
+
+namespace gradserve {
+namespace {
+
+TEST(ShapeTest, CheckedNumelRejectsNegativeAndOverflow) {
+  EXPECT_EQ(*CheckedNumel({2, 3, 4}), 24);
+  EXPECT_EQ(*CheckedNumel({}), 1);
+  EXPECT_EQ(*CheckedNumel({int64_t{1} << 62, 8, 0}), 0);
+  EXPECT_FALSE(CheckedNumel({2, -1}).ok());
+  EXPECT_FALSE(CheckedNumel({int64_t{1} << 62, 8}).ok());
+}
+
+TEST(ShapeTest, Broadcast) {
+  EXPECT_EQ(*BroadcastShapes({3, 1}, {4}), (Shape{3, 4}));
+  EXPECT_FALSE(BroadcastShapes({3}, {4}).ok());
+}
+
+TEST(TensorTest, CopyConvertsAndWalksStrides) {
+  Tensor t = Tensor::FromVector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor transposed = t.AsStrided({3, 2}, {1, 3}, 0);
+  EXPECT_FALSE(transposed.is_contiguous());
+  Tensor packed = transposed.contiguous().To(DType::kFloat64);
+  const double* d = packed.data<double>();
+  EXPECT_EQ(d[0], 1);
+  EXPECT_EQ(d[1], 4);
+  EXPECT_EQ(d[2], 2);
+  EXPECT_EQ(d[5], 6);
+}
+
+TEST(TensorTest, EmptyRejectsHugeShapes) {
+  EXPECT_THROW(Tensor::Empty({int64_t{1} << 40, int64_t{1} << 30}, DType::kFloat32), StatusError);
+}
+
+TEST(TensorTest, MemoryBudgetLimitsAllocation) {
+  auto budget = std::make_shared<MemoryBudget>(1000);
+  MemoryBudgetScope scope(budget);
+  Tensor a = Tensor::Empty({100}, DType::kFloat64);
+  EXPECT_EQ(budget->used(), 800);
+  try {
+    Tensor::Empty({100}, DType::kFloat32);
+    FAIL() << "expected RESOURCE_EXHAUSTED";
+  } catch (const StatusError& e) {
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kResourceExhausted);
+  }
+  a = Tensor();
+  EXPECT_EQ(budget->used(), 0);
+}
+
+}  // namespace
+}  // namespace gradserve
