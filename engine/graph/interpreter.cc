@@ -1,0 +1,382 @@
+// RecordedGraph: running a validated Graph forward and backward (interpreter.h).
+
+#include "engine/graph/interpreter.h"
+
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "engine/autograd/autograd.h"
+#include "engine/autograd/grad_mode.h"
+#include "engine/autograd/node.h"
+#include "engine/autograd/variable.h"
+#include "engine/graph/checkpoint.h"
+#include "engine/graph/diagnostics.h"
+#include "engine/graph/grad_op.h"
+#include "engine/graph/graph_level_ops.h"
+#include "engine/graph/hooks.h"
+#include "engine/ops/op_registry.h"
+#include "engine/tensor/status_error.h"
+
+namespace gradserve::graph {
+namespace {
+
+using Env = absl::flat_hash_map<std::string, Tensor>;
+
+// What every run of a recorded graph's ops shares: the limits, the cancellation token and the
+// checkpoint bodies' leaves. Built once by Record, immutable afterwards, and shared (through
+// the checkpoint Nodes' bodies) by every recomputation, on whatever thread it runs.
+struct Program {
+  struct Body {
+    TensorList leaves;  // in the body's order
+    TensorList params;  // Note [Checkpoint]: leaves requiring grad, nested bodies' included
+  };
+
+  Limits limits;
+  std::shared_ptr<autograd::CancellationToken> cancel;
+  // Keyed by the body's address; the checkpoint Nodes hold the bodies alive.
+  absl::flat_hash_map<const Graph*, Body> bodies;
+};
+
+// A leaf's value: a new handle on the client's data, so that marking it requires_grad and
+// naming it never touch the tensor the caller passed in.
+Tensor MakeLeafValue(const Leaf& leaf) {
+  Tensor value = leaf.value.detach();
+  if (leaf.requires_grad) value.set_requires_grad(true);
+  value.set_name(leaf.name);
+  return value;
+}
+
+// Makes the leaves of every body reachable from graph's ops, nested bodies first.
+void PrepareBodies(const Graph& graph, Program& program) {
+  for (const Op& op : graph.ops) {
+    if (op.body == nullptr || program.bodies.contains(op.body.get())) continue;
+    PrepareBodies(*op.body, program);
+    Program::Body body;
+    absl::flat_hash_set<const TensorImpl*> seen;
+    auto add_param = [&](const Tensor& t) {
+      if (seen.insert(t.impl()).second) body.params.push_back(t);
+    };
+    for (const Leaf& leaf : op.body->leaves) {
+      body.leaves.push_back(MakeLeafValue(leaf));
+      if (leaf.requires_grad) add_param(body.leaves.back());
+    }
+    for (const Op& inner : op.body->ops) {
+      if (inner.body == nullptr) continue;
+      for (const Tensor& t : program.bodies.at(inner.body.get()).params) add_param(t);
+    }
+    program.bodies.emplace(op.body.get(), std::move(body));
+  }
+}
+
+// Runs a graph's ops in order; see RunOp for one op. scope names them
+// (Note [Naming ops in errors]). Throws StatusError naming the op.
+void RunOps(const Graph& graph, const std::string& scope,
+            const std::shared_ptr<const Program>& program, Env& env);
+
+// Runs a checkpoint body on its inputs under the caller's grad mode: the CheckpointBody of the
+// checkpoint op.
+TensorList RunBody(const Graph& body, const std::string& scope,
+                   const std::shared_ptr<const Program>& program, const TensorList& inputs) {
+  Env env;
+  for (size_t i = 0; i < body.inputs.size(); ++i) env[body.inputs[i]] = inputs[i];
+  const Program::Body& prepared = program->bodies.at(&body);
+  for (size_t i = 0; i < body.leaves.size(); ++i) env[body.leaves[i].name] = prepared.leaves[i];
+  RunOps(body, scope, program, env);
+  TensorList outputs;
+  outputs.reserve(body.outputs.size());
+  for (const std::string& name : body.outputs) outputs.push_back(env.at(name));
+  return outputs;
+}
+
+// The value a name refers to, which must be defined: only an unreached gradient of a grad op
+// with allow_unused is not.
+const Tensor& Lookup(const Env& env, const std::string& name, const char* role) {
+  const Tensor& value = env.at(name);  // Validate checked that the name is defined
+  GS_CHECK_ARG(value.defined(), role, " '", name,
+               "' has no value: it is the gradient of a value its grad op's roots do not reach "
+               "(allow_unused); use materialize_grads to get zeros");
+  return value;
+}
+
+// Runs one op and binds its outputs in env. A hook on a leaf keeps the leaf's AccumulateGrad
+// alive in keep_alive, so that the ops after it, which find it through the leaf, share it and
+// its hook (the leaf holds it weakly).
+void RunOp(const Op& op, int64_t index, const std::string& scope,
+           const std::shared_ptr<const Program>& program, Env& env,
+           std::vector<std::shared_ptr<autograd::Node>>& keep_alive) {
+  TensorList inputs;
+  inputs.reserve(op.inputs.size());
+  for (const std::string& name : op.inputs) inputs.push_back(Lookup(env, name, "input"));
+
+  autograd::GradModeGuard grad_mode(autograd::GradMode::is_enabled() && !op.no_grad);
+  TensorList outputs;
+  if (op.op == kGradOp) {
+    TensorList wrt, seeds;
+    for (const std::string& name : op.attrs.GetStrings("wrt")) {
+      wrt.push_back(Lookup(env, name, "wrt value"));
+    }
+    for (const std::string& name : op.attrs.GetStrings("grad_outputs", {})) {
+      seeds.push_back(name.empty() ? Tensor() : Lookup(env, name, "grad_outputs value"));
+    }
+    seeds.resize(inputs.size());
+    outputs = RunGradOp(inputs, seeds, wrt, op.attrs, program->cancel);
+  } else if (op.op == kCheckpointOp) {
+    std::shared_ptr<const Graph> body = op.body;
+    CheckpointBody run = [body, program,
+                          body_scope = BodyScope(scope, index, op)](const TensorList& body_inputs) {
+      return RunBody(*body, body_scope, program, body_inputs);
+    };
+    outputs = Checkpoint(inputs, program->bodies.at(body.get()).params, std::move(run));
+  } else if (op.op == kHookOp) {
+    if (inputs[0].requires_grad() && inputs[0].is_leaf()) {
+      keep_alive.push_back(autograd::GradAccumulator(inputs[0]));
+    }
+    autograd::RegisterHook(inputs[0], MakeGradientHook(op.attrs));
+  } else if (op.op == kDetachOp) {
+    outputs = {inputs[0].detach()};
+  } else {
+    const ops::OpSchema* schema = ops::OpRegistry::Get().Find(op.op);
+    GS_CHECK_INTERNAL(schema != nullptr, "op '", op.op, "' passed validation but is unknown");
+    outputs = schema->run(inputs, op.attrs);
+  }
+
+  GS_CHECK_INTERNAL(outputs.size() == op.outputs.size(), "op '", op.op, "' returned ",
+                    outputs.size(), " outputs for ", op.outputs.size(), " names");
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    Tensor& out = outputs[j];
+    if (out.defined()) {
+      if (out.numel() > program->limits.max_tensor_elements) {
+        ThrowStatus(absl::ResourceExhaustedError(
+            absl::StrCat("output '", op.outputs[j], "' ", out.DebugString(), " has ", out.numel(),
+                         " elements, over the limit of ", program->limits.max_tensor_elements,
+                         " (max_tensor_elements)")));
+      }
+      // A tensor already named is one an earlier value shares (a gradient that is its own
+      // seed); it keeps its first name.
+      if (out.name().empty()) out.set_name(op.outputs[j]);
+      if (const auto& fn = out.grad_fn(); fn != nullptr && fn->label().empty()) {
+        fn->set_label(NodeLabel(scope, index, op));
+      }
+    }
+    env[op.outputs[j]] = std::move(out);
+  }
+}
+
+void RunOps(const Graph& graph, const std::string& scope,
+            const std::shared_ptr<const Program>& program, Env& env) {
+  std::vector<std::shared_ptr<autograd::Node>> keep_alive;
+  for (size_t i = 0; i < graph.ops.size(); ++i) {
+    const Op& op = graph.ops[i];
+    if (program->cancel != nullptr) {
+      if (absl::Status s = program->cancel->Check(); !s.ok()) {
+        ThrowStatus(WithContext(s, absl::StrCat("stopped before ", DescribeOp(scope, i, op))));
+      }
+    }
+    // Errors from a checkpoint's body already name their op by its full path, which starts
+    // with this op's description.
+    const std::string context = DescribeOp(scope, i, op);
+    auto in_context = [&](const absl::Status& status) {
+      return absl::StartsWith(status.message(), context) ? status : WithContext(status, context);
+    };
+    try {
+      RunOp(op, static_cast<int64_t>(i), scope, program, env, keep_alive);
+    } catch (const StatusError& e) {
+      ThrowStatus(in_context(e.status()));
+    } catch (const std::bad_alloc&) {
+      ThrowStatus(in_context(absl::ResourceExhaustedError("out of memory")));
+    } catch (const std::exception& e) {
+      ThrowStatus(in_context(absl::InternalError(e.what())));
+    }
+  }
+}
+
+// Runs fn, turning any exception into a status (Note [Errors inside the engine]).
+template <typename Fn>
+auto CatchAll(Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const StatusError& e) {
+    return e.status();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of memory");
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("unexpected exception: ", e.what()));
+  }
+}
+
+// Every Node reachable from the roots' gradient edges: what a backward from them can reach.
+absl::flat_hash_set<const autograd::Node*> ReachableNodes(const TensorList& roots) {
+  absl::flat_hash_set<const autograd::Node*> seen;
+  std::vector<std::shared_ptr<autograd::Node>> stack;
+  for (const Tensor& root : roots) {
+    if (auto fn = autograd::GradientEdge(root).function) stack.push_back(std::move(fn));
+  }
+  while (!stack.empty()) {
+    std::shared_ptr<autograd::Node> node = std::move(stack.back());
+    stack.pop_back();
+    if (!seen.insert(node.get()).second) continue;
+    for (const autograd::Edge& edge : node->next_edges()) {
+      if (edge.is_valid()) stack.push_back(edge.function);
+    }
+  }
+  return seen;
+}
+
+}  // namespace
+
+// The friend of RecordedGraph that does its work.
+class Interpreter {
+ public:
+  static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
+      const Graph& graph, const Limits& limits,
+      std::shared_ptr<autograd::CancellationToken> cancel) {
+    if (absl::Status s = Validate(graph, limits); !s.ok()) return s;
+    std::unique_ptr<RecordedGraph> recorded(new RecordedGraph);
+    recorded->limits_ = limits;
+    recorded->cancel_ = cancel;
+    recorded->budget_ = std::make_shared<MemoryBudget>(limits.max_memory_bytes);
+    absl::Status status = CatchAll([&]() -> absl::Status {
+      MemoryBudgetScope budget_scope(recorded->budget_);
+      autograd::GradModeGuard grad_mode(true);
+      auto program = std::make_shared<Program>();
+      program->limits = limits;
+      program->cancel = cancel;
+      PrepareBodies(graph, *program);
+      for (const Leaf& leaf : graph.leaves) {
+        recorded->values_[leaf.name] = MakeLeafValue(leaf);
+        recorded->leaf_names_.push_back(leaf.name);
+      }
+      RunOps(graph, "", program, recorded->values_);
+      return absl::OkStatus();
+    });
+    if (!status.ok()) return status;
+    absl::flat_hash_set<const autograd::Node*> nodes;
+    for (const auto& [name, value] : recorded->values_) {
+      if (value.defined() && value.grad_fn() != nullptr) nodes.insert(value.grad_fn().get());
+    }
+    recorded->num_nodes_ = static_cast<int64_t>(nodes.size());
+    return recorded;
+  }
+
+  static absl::StatusOr<CallResult> Backward(const RecordedGraph& graph, const BackwardCall& call) {
+    absl::StatusOr<CallResult> result;
+    absl::Status status = CatchAll([&]() -> absl::Status {
+      MemoryBudgetScope budget_scope(graph.budget_);
+      result = RunBackward(graph, call);
+      return absl::OkStatus();
+    });
+    if (!status.ok()) return status;
+    return result;
+  }
+
+ private:
+  // A forward value named by a backward call; role says which part of the call names it.
+  static Tensor CallValue(const RecordedGraph& graph, const std::string& name, const char* role) {
+    auto it = graph.values_.find(name);
+    GS_CHECK_ARG(it != graph.values_.end(), role, " '", name, "' is not a value of the graph");
+    GS_CHECK_ARG(it->second.defined(), role, " '", name,
+                 "' has no value (an unreached gradient of a grad op)");
+    return it->second;
+  }
+
+  // The roots and seeds of a call, checked against each other.
+  static void ResolveRoots(const RecordedGraph& graph, const BackwardCall& call, TensorList& roots,
+                           TensorList& seeds) {
+    GS_CHECK_ARG(!call.roots.empty(), "a backward call needs at least one root");
+    GS_CHECK_ARG(call.seeds.empty() || call.seeds.size() == call.roots.size(), "the call gives ",
+                 call.seeds.size(), " seeds for ", call.roots.size(),
+                 " roots; give one per root or none");
+    for (size_t i = 0; i < call.roots.size(); ++i) {
+      const std::string& name = call.roots[i];
+      const Tensor root = CallValue(graph, name, "root");
+      GS_CHECK_ARG(root.requires_grad(), "root '", name,
+                   "' does not require grad: no leaf that requires grad reaches it, or it was "
+                   "computed under no_grad or detach");
+      const Tensor seed = call.seeds.empty() ? Tensor() : call.seeds[i];
+      if (seed.defined()) {
+        GS_CHECK_ARG(seed.shape() == root.shape() && seed.dtype() == root.dtype(), "seed ", i,
+                     " for root '", name, "' is ", seed.DebugString(), " but the root is ",
+                     root.DebugString());
+      } else {
+        GS_CHECK_ARG(root.numel() == 1, "root '", name, "' is ", root.DebugString(),
+                     ": implicit seeds (ones) need a one-element root; give a seed");
+      }
+      roots.push_back(root);
+      seeds.push_back(seed);
+    }
+  }
+
+  static CallResult RunBackward(const RecordedGraph& graph, const BackwardCall& call) {
+    if (graph.cancel_ != nullptr) ThrowIfError(graph.cancel_->Check());
+    TensorList roots, seeds;
+    ResolveRoots(graph, call, roots, seeds);
+
+    CallResult result;
+    result.names = call.inputs;
+    if (result.names.empty()) {
+      for (const std::string& name : graph.leaf_names_) {
+        if (graph.values_.at(name).requires_grad()) result.names.push_back(name);
+      }
+    }
+    TensorList inputs;
+    for (const std::string& name : result.names) {
+      const Tensor input = CallValue(graph, name, "input");
+      GS_CHECK_ARG(input.requires_grad(), "input '", name, "' does not require grad");
+      GS_CHECK_ARG(!call.accumulate_grad || input.is_leaf(), "input '", name,
+                   "' is not a leaf: backward() returns the .grad of leaves only; use grad "
+                   "semantics (accumulate_grad false) for other values");
+      inputs.push_back(input);
+    }
+
+    autograd::BackwardOptions options;
+    options.retain_graph = call.retain_graph;
+    options.create_graph = call.create_graph;
+    options.anomaly_mode = call.anomaly_mode;
+    options.cancel = graph.cancel_;
+    options.budget = graph.budget_;
+    if (call.accumulate_grad) {
+      const absl::flat_hash_set<const autograd::Node*> reachable = ReachableNodes(roots);
+      for (const Tensor& input : inputs) {
+        result.connected.push_back(
+            reachable.contains(autograd::GradientEdge(input).function.get()));
+      }
+      ThrowIfError(autograd::Backward(roots, seeds, inputs, options));
+      for (const Tensor& input : inputs) result.grads.push_back(input.grad());
+    } else {
+      // Materialization happens here, after `connected` is read from what came back.
+      options.allow_unused = call.allow_unused || call.materialize_grads;
+      result.grads = ValueOrThrow(autograd::Grad(roots, seeds, inputs, options));
+      for (const Tensor& grad : result.grads) result.connected.push_back(grad.defined());
+    }
+    if (call.materialize_grads) {
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        if (!result.grads[i].defined()) result.grads[i] = inputs[i].ZerosLike();
+      }
+    }
+    return result;
+  }
+};
+
+absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(
+    const Graph& graph, const Limits& limits, std::shared_ptr<autograd::CancellationToken> cancel) {
+  return Interpreter::Record(graph, limits, std::move(cancel));
+}
+
+absl::StatusOr<CallResult> RecordedGraph::Backward(const BackwardCall& call) {
+  return Interpreter::Backward(*this, call);
+}
+
+absl::StatusOr<Tensor> RecordedGraph::Value(absl::string_view name) const {
+  auto it = values_.find(std::string(name));
+  if (it == values_.end()) {
+    return absl::NotFoundError(absl::StrCat("no value is named '", std::string(name), "'"));
+  }
+  return it->second;
+}
+
+}  // namespace gradserve::graph

@@ -1,0 +1,307 @@
+// graph::Validate: every check on a Graph that needs no tensor computation (interpreter.h).
+
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/graph/diagnostics.h"
+#include "engine/graph/graph_level_ops.h"
+#include "engine/graph/hooks.h"
+#include "engine/graph/interpreter.h"
+#include "engine/tensor/status_error.h"
+
+namespace gradserve::graph {
+namespace {
+
+using ops::AttrType;
+
+// Whether an attribute of type `got` is accepted where the schema wants `want`: exactly, or by
+// the widenings ops::Attrs's getters allow (int as float, int as int list, ints as floats,
+// string as string list).
+bool AttrTypeAccepts(AttrType want, AttrType got) {
+  if (want == got) return true;
+  switch (want) {
+    case AttrType::kFloat:
+      return got == AttrType::kInt;
+    case AttrType::kInts:
+      return got == AttrType::kInt;
+    case AttrType::kFloats:
+      return got == AttrType::kInts;
+    case AttrType::kStrings:
+      return got == AttrType::kString;
+    default:
+      return false;
+  }
+}
+
+// "input, other" or "no inputs".
+std::string NameList(const std::vector<std::string>& names, const char* none) {
+  return names.empty() ? std::string(none) : absl::StrJoin(names, ", ");
+}
+
+class Validator {
+ public:
+  explicit Validator(const Limits& limits) : limits_(limits) {}
+
+  // Checks one graph whose ops are named within `scope` (Note [Naming ops in errors]); depth
+  // is how many checkpoint bodies enclose it.
+  absl::Status CheckGraph(const Graph& graph, const std::string& scope, int64_t depth) {
+    const bool is_body = depth > 0;
+    absl::flat_hash_set<std::string> defined;
+    if (!is_body && !graph.inputs.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the graph declares input '", graph.inputs[0],
+                       "', but only checkpoint bodies have formal inputs"));
+    }
+    for (size_t i = 0; i < graph.inputs.size(); ++i) {
+      const std::string context = absl::StrCat(scope, "input #", i, " '", graph.inputs[i], "'");
+      if (absl::Status s = Define(graph.inputs[i], defined); !s.ok()) {
+        return WithContext(s, context);
+      }
+    }
+    for (size_t i = 0; i < graph.leaves.size(); ++i) {
+      const Leaf& leaf = graph.leaves[i];
+      if (absl::Status s = CheckLeaf(leaf, defined); !s.ok()) {
+        return WithContext(s, absl::StrCat(scope, "leaf #", i, " '", leaf.name, "'"));
+      }
+    }
+    for (size_t i = 0; i < graph.ops.size(); ++i) {
+      const Op& op = graph.ops[i];
+      if (++num_ops_ > limits_.max_ops) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat(DescribeOp(scope, i, op), ": the graph has more than ", limits_.max_ops,
+                         " ops (sub-graphs included), over the limit max_ops"));
+      }
+      if (absl::Status s = CheckOp(op, depth, defined); !s.ok()) {
+        return WithContext(s, DescribeOp(scope, i, op));
+      }
+      if (op.body != nullptr) {
+        if (depth + 1 > limits_.max_nesting) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat(DescribeOp(scope, i, op), ": checkpoint bodies are nested more than ",
+                           limits_.max_nesting, " deep, over the limit max_nesting"));
+        }
+        // Errors from the body name their op by its full path.
+        if (absl::Status s = CheckGraph(*op.body, BodyScope(scope, i, op), depth + 1); !s.ok()) {
+          return s;
+        }
+      }
+      for (const std::string& output : op.outputs) {
+        if (absl::Status s = Define(output, defined); !s.ok()) {
+          return WithContext(s, DescribeOp(scope, i, op));
+        }
+      }
+    }
+    for (const std::string& output : graph.outputs) {
+      if (!defined.contains(output)) {
+        return absl::InvalidArgumentError(absl::StrCat(scope, is_body ? "body" : "graph",
+                                                       " output '", output, "' is not defined"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static absl::Status Define(const std::string& name, absl::flat_hash_set<std::string>& defined) {
+    if (name.empty()) return absl::InvalidArgumentError("a value needs a non-empty name");
+    if (!defined.insert(name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the name '", name, "' is already defined (names must be unique)"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckLeaf(const Leaf& leaf, absl::flat_hash_set<std::string>& defined) {
+    if (++num_leaves_ > limits_.max_leaves) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the graph has more than ", limits_.max_leaves, " leaves, over the limit max_leaves"));
+    }
+    if (absl::Status s = Define(leaf.name, defined); !s.ok()) return s;
+    if (!leaf.value.defined()) return absl::InvalidArgumentError("the leaf has no tensor");
+    if (leaf.requires_grad && !IsFloating(leaf.value.dtype())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("requires_grad needs a floating dtype (float32 or float64), got ",
+                       DTypeName(leaf.value.dtype())));
+    }
+    if (leaf.value.numel() > limits_.max_tensor_elements) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          leaf.value.DebugString(), " has ", leaf.value.numel(), " elements, over the limit of ",
+          limits_.max_tensor_elements, " (max_tensor_elements)"));
+    }
+    leaf_bytes_ += static_cast<int64_t>(leaf.value.nbytes());
+    if (leaf_bytes_ > limits_.max_memory_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the leaves take ", leaf_bytes_, " bytes, over the limit of ",
+                       limits_.max_memory_bytes, " (max_memory_bytes)"));
+    }
+    return absl::OkStatus();
+  }
+
+  // The checks of one op that need nothing but the op and the names defined before it.
+  absl::Status CheckOp(const Op& op, int64_t depth,
+                       const absl::flat_hash_set<std::string>& defined) const {
+    const ops::OpSchema* schema = FindOpSchema(op.op);
+    if (schema == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown op '", op.op, "'"));
+    }
+    const bool is_checkpoint = op.op == kCheckpointOp;
+    if (depth > 0 && (op.op == kGradOp || op.op == kHookOp)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op.op, " is not allowed inside a checkpoint body (the body runs without history); ",
+          "apply it outside the checkpoint"));
+    }
+    if (is_checkpoint != (op.body != nullptr)) {
+      return absl::InvalidArgumentError(is_checkpoint ? "checkpoint needs a body"
+                                                      : "only checkpoint takes a body");
+    }
+    if (absl::Status s = CheckInputs(op, *schema, defined); !s.ok()) return s;
+    if (absl::Status s = CheckAttrs(op, *schema); !s.ok()) return s;
+    if (absl::Status s = CheckGraphLevelOp(op, defined); !s.ok()) return s;
+
+    size_t num_outputs = static_cast<size_t>(schema->num_outputs);
+    if (op.op == kGradOp) num_outputs = op.attrs.GetStrings("wrt").size();
+    if (is_checkpoint) num_outputs = op.body->outputs.size();
+    if (op.outputs.size() != num_outputs) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op.op, " produces ", num_outputs, " output(s), but the op names ", op.outputs.size()));
+    }
+    return absl::OkStatus();
+  }
+
+  static absl::Status CheckInputs(const Op& op, const ops::OpSchema& schema,
+                                  const absl::flat_hash_set<std::string>& defined) {
+    const size_t n = op.inputs.size();
+    if (op.op == kCheckpointOp) {
+      if (n != op.body->inputs.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the body takes ", op.body->inputs.size(), " input(s), got ", n));
+      }
+    } else if (schema.variadic) {
+      if (n == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(op.op, " takes one or more inputs (", schema.input_names[0], "), got 0"));
+      }
+    } else {
+      const size_t max = schema.input_names.size();
+      const size_t min = max - static_cast<size_t>(schema.optional_inputs);
+      if (n < min || n > max) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            op.op, " takes ", min == max ? absl::StrCat(max) : absl::StrCat(min, " to ", max),
+            " input(s) (", NameList(schema.input_names, "none"), "), got ", n));
+      }
+    }
+    for (const std::string& input : op.inputs) {
+      if (!defined.contains(input)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input '", input, "' is not defined before use"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckAttrs(const Op& op, const ops::OpSchema& schema) const {
+    for (const auto& [name, value] : op.attrs.values()) {
+      const ops::AttrSpec* spec = nullptr;
+      for (const ops::AttrSpec& s : schema.attrs) {
+        if (s.name == name) spec = &s;
+      }
+      if (spec == nullptr) {
+        std::vector<std::string> known;
+        for (const ops::AttrSpec& s : schema.attrs) known.push_back(s.name);
+        return absl::InvalidArgumentError(absl::StrCat("unknown attribute '", name, "' (", op.op,
+                                                       " takes ", NameList(known, "no attributes"),
+                                                       ")"));
+      }
+      if (!AttrTypeAccepts(spec->type, ops::TypeOf(value))) {
+        return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' must be ",
+                                                       ops::AttrTypeName(spec->type), ", got ",
+                                                       ops::AttrTypeName(ops::TypeOf(value))));
+      }
+      if (spec->type == AttrType::kInts && (name == "shape" || name == "size")) {
+        if (absl::Status s = CheckShapeAttr(name, op.attrs.GetInts(name)); !s.ok()) return s;
+      }
+    }
+    for (const ops::AttrSpec& spec : schema.attrs) {
+      if (spec.required && !op.attrs.has(spec.name)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("missing required attribute '", spec.name, "'"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // A shape given as an attribute (reshape's shape, expand's size): sizes of at least -1 (-1:
+  // inferred or kept) whose product neither overflows nor passes max_tensor_elements. Checked
+  // here so that no op is asked to allocate it.
+  absl::Status CheckShapeAttr(const std::string& name, const std::vector<int64_t>& sizes) const {
+    Shape known;
+    for (int64_t size : sizes) {
+      if (size < -1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "attribute '", name, "' ", ShapeToString(sizes), " has a negative dimension ", size));
+      }
+      if (size >= 0) known.push_back(size);
+    }
+    absl::StatusOr<int64_t> numel = CheckedNumel(known);
+    if (!numel.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "attribute '", name, "' ", ShapeToString(sizes), ": the number of elements overflows"));
+    }
+    if (*numel > limits_.max_tensor_elements) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "attribute '", name, "' ", ShapeToString(sizes), " has ", *numel,
+          " elements, over the limit of ", limits_.max_tensor_elements, " (max_tensor_elements)"));
+    }
+    return absl::OkStatus();
+  }
+
+  // The checks particular to grad and hook: values named in attributes, and hook parameters.
+  static absl::Status CheckGraphLevelOp(const Op& op,
+                                        const absl::flat_hash_set<std::string>& defined) {
+    if (op.op == kHookOp) {
+      try {
+        MakeGradientHook(op.attrs);
+      } catch (const StatusError& e) {
+        return e.status();
+      }
+      return absl::OkStatus();
+    }
+    if (op.op != kGradOp) return absl::OkStatus();
+    const std::vector<std::string> wrt = op.attrs.GetStrings("wrt");
+    if (wrt.empty()) return absl::InvalidArgumentError("attribute 'wrt' names no value");
+    for (const std::string& name : wrt) {
+      if (!defined.contains(name)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("attribute 'wrt': value '", name, "' is not defined before use"));
+      }
+    }
+    const std::vector<std::string> seeds = op.attrs.GetStrings("grad_outputs", {});
+    if (!op.attrs.has("grad_outputs")) return absl::OkStatus();
+    if (seeds.size() != op.inputs.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attribute 'grad_outputs' names ", seeds.size(), " value(s) for ",
+                       op.inputs.size(), " root(s); give one per root ('' for ones)"));
+    }
+    for (const std::string& name : seeds) {
+      if (!name.empty() && !defined.contains(name)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("attribute 'grad_outputs': value '", name, "' is not defined before use"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  const Limits& limits_;
+  int64_t num_ops_ = 0;
+  int64_t num_leaves_ = 0;
+  int64_t leaf_bytes_ = 0;
+};
+
+}  // namespace
+
+absl::Status Validate(const Graph& graph, const Limits& limits) {
+  return Validator(limits).CheckGraph(graph, "", 0);
+}
+
+}  // namespace gradserve::graph
