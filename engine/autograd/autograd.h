@@ -13,6 +13,8 @@
 
 namespace gradserve::autograd {
 
+struct ExecuteStats;  // engine.h
+
 struct BackwardOptions {
   // Keep saved tensors after the pass so the graph can be differentiated again (keep_graph).
   bool retain_graph = false;
@@ -30,6 +32,8 @@ struct BackwardOptions {
   std::shared_ptr<CancellationToken> cancel;
   // Charged for the gradients' memory (Note [Memory budget]); null: the caller's current one.
   std::shared_ptr<MemoryBudget> budget;
+  // If set, filled in with the pass's node counts.
+  ExecuteStats* stats = nullptr;
 };
 
 // torch.autograd.grad: the gradients of roots with respect to inputs, returned, never summed

@@ -12,7 +12,8 @@ namespace gradserve::autograd {
 // (validate_outputs) and make zeros for an input that received none.
 struct InputMetadata {
   InputMetadata() = default;
-  explicit InputMetadata(const Tensor& t) : shape(t.shape()), dtype(t.dtype()), device(t.device()) {}
+  explicit InputMetadata(const Tensor& t)
+      : shape(t.shape()), dtype(t.dtype()), device(t.device()) {}
 
   Tensor Zeros() const { return Tensor::Zeros(shape, dtype, device); }
 

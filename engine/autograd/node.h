@@ -89,7 +89,9 @@ class Node : public std::enable_shared_from_this<Node> {
   void add_tensor_pre_hook(uint32_t input_nr, std::shared_ptr<TensorHook> hook) {
     tensor_pre_hooks_.emplace_back(input_nr, std::move(hook));
   }
-  void add_pre_hook(std::unique_ptr<FunctionPreHook> hook) { pre_hooks_.push_back(std::move(hook)); }
+  void add_pre_hook(std::unique_ptr<FunctionPreHook> hook) {
+    pre_hooks_.push_back(std::move(hook));
+  }
   void add_post_hook(std::unique_ptr<FunctionPostHook> hook) {
     post_hooks_.push_back(std::move(hook));
   }

@@ -34,7 +34,7 @@ class SavedVariable {
   void reset();
 
  private:
-  Tensor data_;  // detached, or the leaf itself
+  Tensor data_;                    // detached, or the leaf itself
   std::shared_ptr<Node> grad_fn_;  // for non-outputs made by an op
   uint32_t output_nr_ = 0;
   bool saved_original_ = false;  // data_ is the tensor itself (a leaf or a constant)

@@ -11,8 +11,8 @@ namespace {
 
 void CheckHost(const Tensor& t, const char* what) {
   if (!DeviceRegistry::Get().host_accessible(t.device())) {
-    ThrowStatus(absl::InternalError(absl::StrCat(what, ": no host kernel for a tensor on ",
-                                                 DeviceName(t.device()))));
+    ThrowStatus(absl::InternalError(
+        absl::StrCat(what, ": no host kernel for a tensor on ", DeviceName(t.device()))));
   }
 }
 
@@ -51,7 +51,8 @@ void Fill(const Tensor& dst, double value) {
 void CopyInto(const Tensor& dst, const Tensor& src) {
   CheckSameShape(dst, src, "copy");
   auto& registry = DeviceRegistry::Get();
-  const bool host = registry.host_accessible(dst.device()) && registry.host_accessible(src.device());
+  const bool host =
+      registry.host_accessible(dst.device()) && registry.host_accessible(src.device());
   if (!host) {
     GS_CHECK_ARG(dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous(),
                  "copy between ", DeviceName(src.device()), " and ", DeviceName(dst.device()),

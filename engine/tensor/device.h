@@ -5,9 +5,9 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace gradserve {
 

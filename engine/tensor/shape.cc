@@ -65,9 +65,9 @@ absl::StatusOr<Shape> BroadcastShapes(absl::Span<const int64_t> a, absl::Span<co
 absl::StatusOr<int64_t> WrapDim(int64_t dim, int64_t rank) {
   const int64_t bound = std::max<int64_t>(rank, 1);
   if (dim < -bound || dim >= bound) {
-    return absl::InvalidArgumentError(absl::StrCat("dimension ", dim, " out of range for a ",
-                                                   rank, "-d tensor (expected [", -bound, ", ",
-                                                   bound - 1, "])"));
+    return absl::InvalidArgumentError(absl::StrCat("dimension ", dim, " out of range for a ", rank,
+                                                   "-d tensor (expected [", -bound, ", ", bound - 1,
+                                                   "])"));
   }
   return dim < 0 ? dim + bound : dim;
 }

@@ -32,20 +32,20 @@ class StatusError : public std::exception {
 [[noreturn]] inline void ThrowStatus(absl::Status status) { throw StatusError(std::move(status)); }
 
 // Throws INVALID_ARGUMENT with the message pieces concatenated unless cond holds.
-#define GS_CHECK_ARG(cond, ...)                                                \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
+#define GS_CHECK_ARG(cond, ...)                                                        \
+  do {                                                                                 \
+    if (!(cond)) {                                                                     \
       ::gradserve::ThrowStatus(absl::InvalidArgumentError(absl::StrCat(__VA_ARGS__))); \
-    }                                                                          \
+    }                                                                                  \
   } while (false)
 
 // Throws INTERNAL unless cond holds: for invariants that only a bug can break.
-#define GS_CHECK_INTERNAL(cond, ...)                                                      \
-  do {                                                                                    \
-    if (!(cond)) {                                                                        \
-      ::gradserve::ThrowStatus(absl::InternalError(absl::StrCat(                          \
+#define GS_CHECK_INTERNAL(cond, ...)                                                     \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
+      ::gradserve::ThrowStatus(absl::InternalError(absl::StrCat(                         \
           "internal invariant failed at ", __FILE__, ":", __LINE__, ": " __VA_ARGS__))); \
-    }                                                                                     \
+    }                                                                                    \
   } while (false)
 
 // Returns the value of a StatusOr, or throws its status.

@@ -27,7 +27,8 @@ Tensor Tensor::Empty(absl::Span<const int64_t> shape, DType dtype, Device device
         absl::StrCat("shape ", ShapeToString(shape), " needs more bytes than memory can hold")));
   }
   auto storage = std::make_shared<Storage>(nbytes, DeviceRegistry::Get().allocator(device));
-  return Tensor(std::make_shared<TensorImpl>(std::move(storage), 0, Shape(shape.begin(), shape.end()),
+  return Tensor(std::make_shared<TensorImpl>(std::move(storage), 0,
+                                             Shape(shape.begin(), shape.end()),
                                              ContiguousStrides(shape), dtype, numel));
 }
 

@@ -33,8 +33,8 @@ struct AutogradMeta;
 }  // namespace autograd
 
 struct TensorImpl {
-  TensorImpl(std::shared_ptr<Storage> storage, int64_t storage_offset, Shape shape,
-             Strides strides, DType dtype, int64_t numel);
+  TensorImpl(std::shared_ptr<Storage> storage, int64_t storage_offset, Shape shape, Strides strides,
+             DType dtype, int64_t numel);
   ~TensorImpl();
 
   std::shared_ptr<Storage> storage;

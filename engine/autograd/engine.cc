@@ -1,0 +1,435 @@
+#include "engine/autograd/engine.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "engine/autograd/grad_mode.h"
+#include "engine/autograd/graph_root.h"
+#include "engine/tensor/basic_kernels.h"
+#include "engine/tensor/status_error.h"
+
+namespace gradserve::autograd {
+namespace {
+
+// The worker device of this thread (Note [Engine threads]).
+thread_local int worker_device = kNoDevice;
+// Nested passes this thread is running itself.
+thread_local int current_depth = 0;
+// Nested passes above the current one, across threads.
+thread_local int total_depth = 0;
+// The queue this thread pops from while it is a worker.
+thread_local std::shared_ptr<ReadyQueue> local_ready_queue;
+// The pass whose Node this thread is running, so a nested pass can inherit its token.
+thread_local std::shared_ptr<GraphTask> current_graph_task;
+
+// What a Node runs under: its pass as the current one, the pass's grad mode (create_graph)
+// and memory budget.
+class GraphTaskScope {
+ public:
+  explicit GraphTaskScope(const std::shared_ptr<GraphTask>& graph_task)
+      : previous_(std::move(current_graph_task)),
+        grad_mode_(graph_task->grad_mode_),
+        budget_(graph_task->budget_) {
+    current_graph_task = graph_task;
+  }
+  ~GraphTaskScope() { current_graph_task = std::move(previous_); }
+
+ private:
+  std::shared_ptr<GraphTask> previous_;
+  GradModeGuard grad_mode_;
+  MemoryBudgetScope budget_;
+};
+
+uint64_t compute_min_topological_nr(const EdgeList& outputs) {
+  if (outputs.empty()) return 0;
+  uint64_t min_topo_nr = std::numeric_limits<uint64_t>::max();
+  for (const Edge& edge : outputs) {
+    min_topo_nr = std::min(min_topo_nr, edge.function->topological_nr());
+  }
+  return min_topo_nr;
+}
+
+// Checks the gradients a Node returned against what the Nodes they flow to expect.
+void validate_outputs(const Node& fn, const TensorList& grads) {
+  const EdgeList& edges = fn.next_edges();
+  if (grads.size() != edges.size()) {
+    ThrowStatus(absl::InternalError(absl::StrCat(fn.DebugName(), " returned ", grads.size(),
+                                                 " gradients, expected ", edges.size())));
+  }
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& grad = grads[i];
+    if (!edges[i].is_valid() || !grad.defined()) continue;
+    const InputMetadata& md = edges[i].function->input_metadata(edges[i].input_nr);
+    if (grad.shape() != md.shape || grad.dtype() != md.dtype || grad.device() != md.device) {
+      ThrowStatus(absl::InternalError(
+          absl::StrCat(fn.DebugName(), " returned an invalid gradient at index ", i, ": got ",
+                       grad.DebugString(), " but expected ", DTypeName(md.dtype),
+                       ShapeToString(md.shape), " on ", DeviceName(md.device))));
+    }
+  }
+}
+
+// Runs a Node's pre-hooks, apply() and post-hooks (Note [Undefined gradients]).
+TensorList call_function(const GraphTask& graph_task, Node& fn, TensorList grads) {
+  for (const auto& hook : fn.pre_hooks()) grads = (*hook)(grads);
+  bool any_defined = false;
+  bool all_defined = true;
+  for (const Tensor& g : grads) {
+    any_defined |= g.defined();
+    all_defined &= g.defined();
+  }
+  TensorList outputs;
+  if (!any_defined && fn.num_inputs() > 0) {
+    outputs.resize(fn.num_outputs());
+  } else {
+    if (!all_defined) {
+      for (size_t i = 0; i < grads.size(); ++i) {
+        if (!grads[i].defined()) grads[i] = fn.input_metadata(i).Zeros();
+      }
+    }
+    if (fn.post_hooks().empty()) {
+      outputs = fn.apply(std::move(grads));
+    } else {
+      TensorList inputs = grads;
+      outputs = fn.apply(std::move(grads));
+      validate_outputs(fn, outputs);
+      for (const auto& hook : fn.post_hooks()) outputs = (*hook)(outputs, inputs);
+    }
+  }
+  validate_outputs(fn, outputs);
+  if (!graph_task.keep_graph_) fn.release_variables();
+  return outputs;
+}
+
+}  // namespace
+
+Engine& Engine::Get() {
+  static Engine engine;
+  return engine;
+}
+
+Engine::~Engine() {
+  {
+    absl::MutexLock lock(&device_mutex_);
+    for (auto& queue : device_ready_queues_) {
+      if (queue) queue->push_shutdown_task();
+    }
+  }
+  {
+    absl::MutexLock lock(&pool_mutex_);
+    pool_shutdown_ = true;
+  }
+  // Threads are joined without the locks, which they may need on their way out.
+  std::vector<std::thread> threads;
+  {
+    absl::MutexLock lock(&device_mutex_);
+    threads.swap(device_threads_);
+  }
+  {
+    absl::MutexLock lock(&pool_mutex_);
+    for (auto& t : pool_threads_) threads.push_back(std::move(t));
+    pool_threads_.clear();
+  }
+  for (auto& t : threads) t.join();
+}
+
+int Engine::device_index(Device device) {
+  if (device.is_cpu()) return kCpuDevice;
+  return static_cast<int>(device.type) * kMaxDevicesPerType + device.index;
+}
+
+int Engine::device_threads_started() const {
+  absl::MutexLock lock(&device_mutex_);
+  return static_cast<int>(device_threads_.size());
+}
+
+void Engine::compute_dependencies(Node* root, GraphTask& task, uint64_t min_topo_nr) {
+  // Breadth-agnostic walk over every Node reachable from the root, counting for each how many
+  // edges lead into it. Nodes below min_topo_nr cannot reach an output: their edges are not
+  // followed.
+  absl::MutexLock lock(&task.mutex_);
+  std::vector<Node*> queue{root};
+  task.nodes_in_graph_.insert(root);
+  while (!queue.empty()) {
+    Node* fn = queue.back();
+    queue.pop_back();
+    if (fn->topological_nr() < min_topo_nr) continue;
+    for (const Edge& edge : fn->next_edges()) {
+      Node* next = edge.function.get();
+      if (next == nullptr) continue;
+      task.dependencies_[next] += 1;
+      if (task.nodes_in_graph_.insert(next).second) queue.push_back(next);
+    }
+  }
+}
+
+absl::StatusOr<TensorList> Engine::execute(const EdgeList& roots, TensorList seeds,
+                                           const ExecuteOptions& options, const EdgeList& outputs) {
+  const bool reentrant = worker_device != kNoDevice;
+  auto graph_task = std::make_shared<GraphTask>(
+      options.keep_graph, options.create_graph, reentrant ? total_depth + 1 : 0,
+      reentrant ? local_ready_queue : std::make_shared<ReadyQueue>());
+  graph_task->anomaly_mode_ = options.anomaly_mode;
+  const GraphTask* parent = reentrant ? current_graph_task.get() : nullptr;
+  graph_task->cancel_ = options.cancel != nullptr ? options.cancel
+                        : parent != nullptr       ? parent->cancel_
+                                                  : nullptr;
+  graph_task->budget_ = options.budget != nullptr ? options.budget : CurrentMemoryBudget();
+
+  // A single root starts the pass itself; several need a GraphRoot to hand out their seeds.
+  const bool skip_dummy_node = roots.size() == 1;
+  std::shared_ptr<Node> graph_root =
+      skip_dummy_node ? roots[0].function : MakeNode<GraphRoot>(roots, seeds);
+  const uint64_t min_topo_nr = compute_min_topological_nr(outputs);
+  compute_dependencies(graph_root.get(), *graph_task, min_topo_nr);
+  if (!outputs.empty()) {
+    graph_task->init_to_execute(*graph_root, outputs, options.accumulate_grad, min_topo_nr);
+  }
+  InputBuffer input_buffer(skip_dummy_node ? graph_root->num_inputs() : 0);
+  if (skip_dummy_node) input_buffer.add(roots[0].input_nr, std::move(seeds[0]));
+  absl::StatusOr<TensorList> result =
+      execute_with_graph_task(graph_task, std::move(graph_root), std::move(input_buffer))->Wait();
+  if (options.stats != nullptr) {
+    options.stats->nodes_in_graph = static_cast<int64_t>(graph_task->nodes_in_graph_.size());
+    options.stats->nodes_executed = graph_task->nodes_executed_.load(std::memory_order_relaxed);
+  }
+  return result;
+}
+
+std::shared_ptr<GraphFuture> Engine::execute_with_graph_task(
+    const std::shared_ptr<GraphTask>& graph_task, std::shared_ptr<Node> graph_root,
+    InputBuffer input_buffer) {
+  graph_task->owner_ = worker_device == kNoDevice ? kCpuDevice : worker_device;
+  if (graph_task->cancel_ != nullptr) {
+    // A cancel fails the pass at once and wakes its owner, which may be waiting for a device.
+    std::weak_ptr<GraphTask> weak = graph_task;
+    graph_task->cancel_callback_id_ = graph_task->cancel_->AddCallback([this, weak] {
+      std::shared_ptr<GraphTask> task = weak.lock();
+      if (task == nullptr) return;
+      task->set_exception(task->cancel_->Check(), nullptr);
+      ready_queue_by_index(task->cpu_ready_queue_, task->owner_)
+          ->push(NodeTask(task, nullptr, InputBuffer(0), task->reentrant_depth_));
+    });
+  }
+  std::shared_ptr<ReadyQueue> queue =
+      ready_queue(graph_task->cpu_ready_queue_, input_buffer.device());
+  queue->push(NodeTask(graph_task, std::move(graph_root), std::move(input_buffer),
+                       graph_task->reentrant_depth_));
+
+  if (worker_device == kNoDevice) {
+    // Not reentrant: this thread becomes the owner and works until the pass is over.
+    worker_device = kCpuDevice;
+    local_ready_queue = graph_task->cpu_ready_queue_;
+    thread_main(graph_task);
+    local_ready_queue.reset();
+    worker_device = kNoDevice;
+  } else if (current_depth >= kMaxDepth) {
+    // Too deep for this thread: a pool thread runs the pass while the caller waits.
+    add_thread_pool_task(graph_task);
+  } else {
+    ++total_depth;
+    ++current_depth;
+    thread_main(graph_task);
+    --current_depth;
+    --total_depth;
+  }
+  return graph_task->future_result_;
+}
+
+void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
+  const absl::Time deadline =
+      graph_task != nullptr ? graph_task->deadline() : absl::InfiniteFuture();
+  while (graph_task == nullptr || !graph_task->future_result_->completed()) {
+    // Step 1: take the next task, or give up waiting at the pass's deadline.
+    std::optional<NodeTask> popped;
+    if (deadline == absl::InfiniteFuture()) {
+      popped.emplace(local_ready_queue->pop());
+    } else {
+      popped = local_ready_queue->pop(deadline);
+      if (!popped.has_value()) {
+        absl::Status status = graph_task->cancel_->Check();
+        if (status.ok()) {
+          status = absl::DeadlineExceededError("the call's deadline passed during the backward");
+        }
+        graph_task->set_exception(std::move(status), nullptr);
+        continue;
+      }
+    }
+    NodeTask& task = *popped;
+    if (task.is_shutdown_task) break;
+    // Step 2: skip tasks of passes that are gone (Note [GraphTask lifetime]).
+    std::shared_ptr<GraphTask> local_graph_task = task.base.lock();
+    if (local_graph_task == nullptr) continue;
+    // Step 3: evaluate the Node, unless the pass already failed or was cancelled.
+    if (task.fn != nullptr && !local_graph_task->has_error_.load(std::memory_order_acquire)) {
+      GraphTaskScope scope(local_graph_task);
+      try {
+        if (local_graph_task->cancel_ != nullptr) ThrowIfError(local_graph_task->cancel_->Check());
+        evaluate_function(local_graph_task, task.fn.get(), task.inputs);
+      } catch (const StatusError& e) {
+        local_graph_task->set_exception(e.status(), task.fn.get());
+      } catch (const std::exception& e) {
+        local_graph_task->set_exception(absl::InternalError(e.what()), task.fn.get());
+      }
+    }
+    // Step 4: count the task done; whoever finishes the pass resolves it and, if that is not
+    // the owner, wakes the owner.
+    task = NodeTask({}, nullptr, InputBuffer(0), 0);  // free the buffers before waking anyone
+    local_graph_task->outstanding_tasks_.fetch_sub(1, std::memory_order_acq_rel);
+    if (local_graph_task->completed()) {
+      local_graph_task->mark_as_completed_and_run_post_processing();
+      const int owner = local_graph_task->owner_;
+      if (worker_device != owner) {
+        ready_queue_by_index(local_graph_task->cpu_ready_queue_, owner)
+            ->push(NodeTask(local_graph_task, nullptr, InputBuffer(0),
+                            local_graph_task->reentrant_depth_));
+      }
+    }
+  }
+}
+
+void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Node* func,
+                               InputBuffer& inputs) {
+  TensorList outputs;
+  {
+    // Note [Node thread safety].
+    absl::MutexLock node_lock(&func->mutex());
+    TensorList grads = InputBuffer::variables(std::move(inputs));
+    for (const auto& [input_nr, hook] : func->tensor_pre_hooks()) {
+      if (grads[input_nr].defined()) grads[input_nr] = (*hook)(grads[input_nr]);
+    }
+    if (!graph_task->exec_info_.empty()) {
+      auto it = graph_task->exec_info_.find(func);
+      if (it == graph_task->exec_info_.end()) return;
+      const GraphTask::ExecInfo& info = it->second;
+      if (!info.captures_.empty()) {
+        absl::MutexLock lock(&graph_task->mutex_);
+        for (const auto& capture : info.captures_) {
+          graph_task->captured_vars_[capture.output_idx_] = grads[capture.input_idx_];
+        }
+      }
+      if (!info.needed_) return;
+    }
+    graph_task->nodes_executed_.fetch_add(1, std::memory_order_relaxed);
+    outputs = call_function(*graph_task, *func, std::move(grads));
+  }
+  if (outputs.empty()) return;
+
+  if (graph_task->anomaly_mode_) {
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (outputs[i].defined() && HasNaN(outputs[i])) {
+        ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
+            "anomaly detected: ", func->DebugName(), " returned NaN values in its output ", i)));
+      }
+    }
+  }
+
+  // Hand each gradient to the Node it flows to; queue those that now have all their inputs.
+  absl::MutexLock lock(&graph_task->mutex_);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Edge& next = func->next_edge(i);
+    if (!next.is_valid()) continue;
+    Node* next_fn = next.function.get();
+    bool is_ready = false;
+    auto dep_it = graph_task->dependencies_.find(next_fn);
+    if (dep_it == graph_task->dependencies_.end()) {
+      ThrowStatus(
+          absl::InternalError(absl::StrCat("dependency of ", next_fn->DebugName(), " not found")));
+    }
+    if (--dep_it->second == 0) {
+      graph_task->dependencies_.erase(dep_it);
+      is_ready = true;
+    }
+    auto not_ready_it = graph_task->not_ready_.find(next_fn);
+    if (not_ready_it == graph_task->not_ready_.end()) {
+      if (!graph_task->exec_info_.empty()) {
+        auto info = graph_task->exec_info_.find(next_fn);
+        if (info == graph_task->exec_info_.end() || !info->second.should_execute()) continue;
+      }
+      InputBuffer input_buffer(next_fn->num_inputs());
+      input_buffer.add(next.input_nr, std::move(outputs[i]));
+      if (is_ready) {
+        ready_queue(graph_task->cpu_ready_queue_, input_buffer.device())
+            ->push(NodeTask(graph_task, next.function, std::move(input_buffer),
+                            graph_task->reentrant_depth_));
+      } else {
+        graph_task->not_ready_.emplace(next_fn, std::move(input_buffer));
+      }
+    } else {
+      InputBuffer& input_buffer = not_ready_it->second;
+      input_buffer.add(next.input_nr, std::move(outputs[i]));
+      if (is_ready) {
+        ready_queue(graph_task->cpu_ready_queue_, input_buffer.device())
+            ->push(NodeTask(graph_task, next.function, std::move(input_buffer),
+                            graph_task->reentrant_depth_));
+        graph_task->not_ready_.erase(not_ready_it);
+      }
+    }
+  }
+}
+
+std::shared_ptr<ReadyQueue> Engine::ready_queue(const std::shared_ptr<ReadyQueue>& cpu_ready_queue,
+                                                Device device) {
+  return ready_queue_by_index(cpu_ready_queue, device_index(device));
+}
+
+std::shared_ptr<ReadyQueue> Engine::ready_queue_by_index(
+    const std::shared_ptr<ReadyQueue>& cpu_ready_queue, int index) {
+  if (index == kCpuDevice) return cpu_ready_queue;
+  absl::MutexLock lock(&device_mutex_);
+  std::shared_ptr<ReadyQueue>& queue = device_ready_queues_[index];
+  if (queue == nullptr) {
+    // First use of this device: its worker thread starts, once.
+    queue = std::make_shared<ReadyQueue>();
+    device_threads_.emplace_back(&Engine::device_thread_main, this, index, queue);
+  }
+  return queue;
+}
+
+void Engine::device_thread_main(int index, std::shared_ptr<ReadyQueue> queue) {
+  worker_device = index;
+  local_ready_queue = std::move(queue);
+  thread_main(nullptr);
+  local_ready_queue.reset();
+}
+
+void Engine::add_thread_pool_task(const std::weak_ptr<GraphTask>& graph_task) {
+  absl::MutexLock lock(&pool_mutex_);
+  pool_graph_tasks_.push_back(graph_task);
+  // Every queued pass needs a thread of its own: its caller is blocked until it finishes.
+  if (pool_idle_threads_ < static_cast<int>(pool_graph_tasks_.size())) {
+    pool_threads_.emplace_back(&Engine::reentrant_thread_main, this);
+    pool_threads_started_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Engine::reentrant_thread_main() {
+  while (true) {
+    std::shared_ptr<GraphTask> graph_task;
+    {
+      absl::MutexLock lock(&pool_mutex_);
+      ++pool_idle_threads_;
+      pool_mutex_.Await(absl::Condition(
+          +[](Engine* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->pool_mutex_) {
+            return e->pool_shutdown_ || !e->pool_graph_tasks_.empty();
+          },
+          this));
+      --pool_idle_threads_;
+      if (pool_graph_tasks_.empty()) return;  // shut down
+      graph_task = pool_graph_tasks_.front().lock();
+      pool_graph_tasks_.pop_front();
+    }
+    if (graph_task == nullptr) continue;
+    // Work as the pass's owner, from the owner's queue, at the pass's depth.
+    worker_device = graph_task->owner_;
+    local_ready_queue = ready_queue_by_index(graph_task->cpu_ready_queue_, graph_task->owner_);
+    total_depth = graph_task->reentrant_depth_;
+    current_depth = 0;
+    thread_main(graph_task);
+    local_ready_queue.reset();
+    worker_device = kNoDevice;
+  }
+}
+
+}  // namespace gradserve::autograd

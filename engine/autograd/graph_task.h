@@ -1,0 +1,114 @@
+// GraphTask: the state of one backward pass (one Engine::execute).
+
+#ifndef GRADSERVE_ENGINE_AUTOGRAD_GRAPH_TASK_H_
+#define GRADSERVE_ENGINE_AUTOGRAD_GRAPH_TASK_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/autograd/cancellation.h"
+#include "engine/autograd/edge.h"
+#include "engine/autograd/graph_future.h"
+#include "engine/autograd/input_buffer.h"
+#include "engine/autograd/node.h"
+#include "engine/tensor/memory_budget.h"
+
+namespace gradserve::autograd {
+
+class ReadyQueue;
+
+// Worker "devices" (PyTorch's numbering): the thread that owns a GraphTask and runs its CPU
+// Nodes is CPU_DEVICE; a thread that is no Engine worker yet is NO_DEVICE; accelerator worker
+// threads have indices >= 0 (Engine::device_index).
+inline constexpr int kNoDevice = -2;
+inline constexpr int kCpuDevice = -1;
+
+// Note [GraphTask lifetime]
+// The thread that calls Engine::execute owns its GraphTask (a shared_ptr) until the pass ends;
+// device threads hold it only while they run one of its Nodes; queued NodeTasks hold it
+// weakly. So a pass that failed or was cancelled is freed as soon as its owner returns, with
+// every buffer it gathered, even while stale NodeTasks still sit in device queues.
+//
+// Field names follow PyTorch's engine, so its documentation maps onto this code.
+struct GraphTask : std::enable_shared_from_this<GraphTask> {
+  // Per Node: whether it must run and which of its inputs to capture (grad semantics). Empty
+  // when every Node in the graph runs (backward() with no inputs).
+  struct ExecInfo {
+    struct Capture {
+      uint32_t input_idx_;   // which input of the Node
+      uint32_t output_idx_;  // where in captured_vars_
+    };
+    bool should_execute() const { return needed_ || !captures_.empty(); }
+    bool needed_ = false;
+    std::vector<Capture> captures_;
+  };
+
+  GraphTask(bool keep_graph, bool grad_mode, int reentrant_depth,
+            std::shared_ptr<ReadyQueue> cpu_ready_queue, bool exit_on_error = false);
+  ~GraphTask();
+
+  // Marks in exec_info_ the Nodes on a path from graph_root to an output edge (and records the
+  // captures for grad semantics). Nodes whose topological_nr is below min_topo_nr cannot reach
+  // any output and are not visited.
+  void init_to_execute(Node& graph_root, const EdgeList& outputs, bool accumulate_grad,
+                       uint64_t min_topo_nr);
+
+  // Whether the pass is over: no task left, or (with exit_on_error_) an error.
+  bool completed() const;
+  // Resolves the future with captured_vars_ (once, by whichever thread finishes last).
+  void mark_as_completed_and_run_post_processing();
+  // Records the first error (naming fn, if any) and resolves the future with it.
+  void set_exception(absl::Status status, const Node* fn);
+
+  // Tasks queued or running. Incremented by ReadyQueue::push, decremented by the worker when
+  // the task is done.
+  std::atomic<int64_t> outstanding_tasks_{0};
+  std::atomic<bool> has_error_{false};
+  std::atomic<bool> future_completed_{false};
+  std::atomic<int64_t> nodes_executed_{0};
+  // retain_graph: do not release saved tensors after each Node.
+  const bool keep_graph_;
+  // create_graph: grad mode while the Nodes run.
+  const bool grad_mode_;
+  bool anomaly_mode_ = false;
+  const bool exit_on_error_;
+
+  // Guards the dependency counts, not-ready buffers and captures below.
+  absl::Mutex mutex_;
+  // Per Node, how many of its inputs have not arrived yet.
+  absl::flat_hash_map<Node*, int> dependencies_ ABSL_GUARDED_BY(mutex_);
+  // Buffers of Nodes that have some but not all of their inputs.
+  absl::flat_hash_map<Node*, InputBuffer> not_ready_ ABSL_GUARDED_BY(mutex_);
+  TensorList captured_vars_ ABSL_GUARDED_BY(mutex_);
+
+  // Written before the pass starts, read-only after.
+  absl::flat_hash_set<Node*> nodes_in_graph_;
+  absl::flat_hash_map<Node*, ExecInfo> exec_info_;
+
+  // The worker device that owns this task (kCpuDevice or an accelerator's index). Written by
+  // the owning thread before the first task is queued.
+  int owner_ = kNoDevice;
+  const int reentrant_depth_;
+  // The queue for this pass's CPU Nodes: the owner thread's.
+  const std::shared_ptr<ReadyQueue> cpu_ready_queue_;
+  const std::shared_ptr<GraphFuture> future_result_;
+
+  std::shared_ptr<CancellationToken> cancel_;
+  int64_t cancel_callback_id_ = -1;
+  std::shared_ptr<MemoryBudget> budget_;
+  // The deadline the owner thread waits against (the token's, or infinite).
+  absl::Time deadline() const {
+    return cancel_ != nullptr ? cancel_->deadline() : absl::InfiniteFuture();
+  }
+};
+
+}  // namespace gradserve::autograd
+
+#endif  // GRADSERVE_ENGINE_AUTOGRAD_GRAPH_TASK_H_

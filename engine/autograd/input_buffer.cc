@@ -1,0 +1,46 @@
+#include "engine/autograd/input_buffer.h"
+
+#include "engine/autograd/functions/accumulate.h"
+#include "engine/autograd/grad_mode.h"
+#include "engine/tensor/basic_kernels.h"
+
+namespace gradserve::autograd {
+namespace {
+
+// True if t may be written in place: nothing else holds it or its storage, and it is not part
+// of a recorded graph.
+bool OwnedExclusively(const Tensor& t) {
+  return t.use_count() == 1 && t.storage().use_count() == 1 && t.is_contiguous() &&
+         !t.requires_grad();
+}
+
+}  // namespace
+
+void InputBuffer::add(size_t pos, Tensor grad) {
+  if (!grad.defined()) return;
+  Tensor& old = buffer_[pos];
+  if (!old.defined()) {
+    old = std::move(grad);
+    return;
+  }
+  // Note [Accumulating in place].
+  if (GradMode::is_enabled() && (old.requires_grad() || grad.requires_grad())) {
+    old = AccumulateSum(old, grad);
+  } else if (OwnedExclusively(old)) {
+    AccumulateInto(old, grad);
+  } else if (OwnedExclusively(grad)) {
+    AccumulateInto(grad, old);
+    old = std::move(grad);
+  } else {
+    old = AddSameShape(old, grad);
+  }
+}
+
+Device InputBuffer::device() const {
+  for (const Tensor& t : buffer_) {
+    if (t.defined() && !t.device().is_cpu()) return t.device();
+  }
+  return kCPU;
+}
+
+}  // namespace gradserve::autograd

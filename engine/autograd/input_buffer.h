@@ -1,0 +1,43 @@
+// InputBuffer: where the gradients bound for one Node gather until it is ready.
+
+#ifndef GRADSERVE_ENGINE_AUTOGRAD_INPUT_BUFFER_H_
+#define GRADSERVE_ENGINE_AUTOGRAD_INPUT_BUFFER_H_
+
+#include <cstddef>
+#include <utility>
+
+#include "engine/tensor/tensor.h"
+
+namespace gradserve::autograd {
+
+// One slot per input of the Node. Gradients that reach the same slot are summed: in place when
+// nothing else holds the earlier one (Note [Accumulating in place]), as a new differentiable sum
+// under create_graph.
+//
+// Thread safety: none; the GraphTask's mutex guards the buffers in its not_ready_ map, and a
+// buffer in a NodeTask belongs to the thread that popped it.
+class InputBuffer {
+ public:
+  explicit InputBuffer(size_t size) : buffer_(size) {}
+  InputBuffer(InputBuffer&&) = default;
+  InputBuffer& operator=(InputBuffer&&) = default;
+
+  // Adds grad into slot pos; an undefined grad adds nothing. Throws StatusError if it cannot
+  // be summed with what is there (shape or dtype).
+  void add(size_t pos, Tensor grad);
+
+  // Where the Node should run: the device of its first input on an accelerator, else the CPU.
+  Device device() const;
+
+  size_t size() const { return buffer_.size(); }
+  const Tensor& operator[](size_t pos) const { return buffer_[pos]; }
+
+  static TensorList variables(InputBuffer&& buffer) { return std::move(buffer.buffer_); }
+
+ private:
+  TensorList buffer_;
+};
+
+}  // namespace gradserve::autograd
+
+#endif  // GRADSERVE_ENGINE_AUTOGRAD_INPUT_BUFFER_H_

@@ -1,0 +1,62 @@
+#include "engine/autograd/ready_queue.h"
+
+#include "engine/autograd/graph_task.h"
+
+namespace gradserve::autograd {
+namespace {
+template <typename Heap>
+bool HasWork(Heap* heap) {
+  return !heap->empty();
+}
+}  // namespace
+
+bool ReadyQueue::CompareNodeTaskTime::operator()(const NodeTask& t1, const NodeTask& t2) const {
+  // Note [ReadyQueue order].
+  if (t2.is_shutdown_task) return true;
+  if (t1.is_shutdown_task) return false;
+  if (!t2.fn) return true;
+  if (!t1.fn) return false;
+  if (t1.reentrant_depth != t2.reentrant_depth) return t1.reentrant_depth < t2.reentrant_depth;
+  return t1.fn->sequence_nr() < t2.fn->sequence_nr();
+}
+
+void ReadyQueue::push(NodeTask task, bool increment_outstanding_tasks) {
+  if (increment_outstanding_tasks) {
+    if (auto graph_task = task.base.lock()) {
+      graph_task->outstanding_tasks_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  absl::MutexLock lock(&mutex_);
+  heap_.push(std::move(task));
+}
+
+void ReadyQueue::push_shutdown_task() {
+  absl::MutexLock lock(&mutex_);
+  heap_.push(NodeTask({}, nullptr, InputBuffer(0), 0, /*is_shutdown_task=*/true));
+}
+
+NodeTask ReadyQueue::pop() {
+  absl::MutexLock lock(&mutex_);
+  mutex_.Await(absl::Condition(&HasWork<decltype(heap_)>, &heap_));
+  // priority_queue::top is const; the task is moved out just before it is popped.
+  NodeTask task = std::move(const_cast<NodeTask&>(heap_.top()));
+  heap_.pop();
+  return task;
+}
+
+std::optional<NodeTask> ReadyQueue::pop(absl::Time deadline) {
+  absl::MutexLock lock(&mutex_);
+  if (!mutex_.AwaitWithDeadline(absl::Condition(&HasWork<decltype(heap_)>, &heap_), deadline)) {
+    return std::nullopt;
+  }
+  NodeTask task = std::move(const_cast<NodeTask&>(heap_.top()));
+  heap_.pop();
+  return task;
+}
+
+size_t ReadyQueue::size() const {
+  absl::MutexLock lock(&mutex_);
+  return heap_.size();
+}
+
+}  // namespace gradserve::autograd
