@@ -1,0 +1,36 @@
+"""gradserve: a Python client for the gradserve gradient service.
+
+Setup: the protobuf/gRPC stubs are generated, never committed. Generate them once with
+
+    client/python/generate.sh OUTDIR
+
+and tell the package where they are with the environment variable GRADSERVE_PY_STUBS=OUTDIR
+(or put OUTDIR on sys.path). Then, with client/python on sys.path (PYTHONPATH), Debian's
+/usr/bin/python3 and its python3-grpcio, python3-protobuf and python3-numpy:
+
+    import numpy as np
+    from gradserve import Client, GraphBuilder
+
+    g = (GraphBuilder()
+         .leaf("x", np.array([1.0, 2.0, 3.0]), requires_grad=True)
+         .op("mul", ["x", "x"], out="y")
+         .op("sum", ["y"], out="loss")
+         .backward_call("loss", inputs=["x"]))
+    with Client("127.0.0.1:50051", timeout=10) as client:
+        print(client.grad(g).calls[0]["x"])      # [2. 4. 6.]
+
+Modules: client (Client, GradResult, CallResult, GradserveError), graph (GraphBuilder),
+tensors (to_tensor, from_tensor). The generated messages are gradserve.v1.{tensor,graph,
+gradserve}_pb2. Importing raises ImportError, naming GRADSERVE_PY_STUBS, if no stubs are found.
+"""
+
+from gradserve import _stubs
+
+_stubs.install(__path__)
+
+from gradserve.client import CallResult, Client, GradResult, GradserveError  # noqa: E402
+from gradserve.graph import GraphBuilder, attr_value  # noqa: E402
+from gradserve.tensors import from_tensor, to_tensor  # noqa: E402
+
+__all__ = ["CallResult", "Client", "GradResult", "GradserveError", "GraphBuilder", "attr_value",
+           "from_tensor", "to_tensor"]

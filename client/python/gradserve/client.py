@@ -1,0 +1,200 @@
+"""The gradserve client: sends GradRequests and returns numpy gradients.
+
+    with Client("127.0.0.1:50051") as c:
+        result = c.grad(builder)            # a GraphBuilder, a GradRequest, or a Graph + calls
+        result.calls[0]["x"]                # the gradient for x, a numpy array (None: unused)
+
+Errors: every failed RPC raises GradserveError carrying the gRPC status code (grpc.StatusCode)
+and the server's message, which names the node, op and value involved. Client-side misuse
+(a bad dtype, a non-request argument) raises TypeError or ValueError before anything is sent.
+
+Threading: a Client may be shared by threads; each call is independent (the gRPC channel is
+thread-safe). The cached server limits are written at most once per client and race benignly.
+"""
+
+import grpc
+
+from gradserve import _stubs
+from gradserve.graph import GraphBuilder
+from gradserve.tensors import from_tensor
+from gradserve.v1 import gradserve_pb2, gradserve_pb2_grpc, graph_pb2
+
+# Every gRPC implementation accepts messages this large by default; larger requests may need
+# the streamed RPC, depending on the server's limit (GetServerInfo).
+_DEFAULT_MESSAGE_LIMIT = 4 << 20
+# Room left in a chunk for the Chunk message's own fields.
+_CHUNK_OVERHEAD = 1 << 10
+
+
+class GradserveError(Exception):
+    """A failed call: ``code`` (grpc.StatusCode), ``message`` (the server's) and ``method``."""
+
+    def __init__(self, code, message, method):
+        super().__init__(f"{method}: {code.name}: {message}")
+        self.code = code
+        self.message = message
+        self.method = method
+
+
+class CallResult:
+    """The gradients of one backward call, by input name, in the order the server sent them.
+
+    gradients: name -> numpy array, or None where the input was not connected and
+      materialize_grads was off. connected: name -> whether the roots reach the input.
+    """
+
+    def __init__(self, message):
+        self.gradients = {}
+        self.connected = {}
+        for g in message.gradients:
+            self.gradients[g.name] = from_tensor(g.value) if g.HasField("value") else None
+            self.connected[g.name] = g.connected
+
+    def __getitem__(self, name):
+        return self.gradients[name]
+
+    def __repr__(self):
+        return f"CallResult({self.gradients!r})"
+
+
+class GradResult:
+    """A GradResponse as numpy: calls (CallResult per BackwardCall), values (name -> array),
+    num_nodes, timings (stage -> microseconds), request_id, and the raw message as response."""
+
+    def __init__(self, response):
+        self.response = response
+        self.request_id = response.request_id
+        self.calls = [CallResult(c) for c in response.calls]
+        self.values = {v.name: from_tensor(v.value) for v in response.values}
+        self.num_nodes = response.num_nodes
+        t = response.timings
+        self.timings = {"queue_us": t.queue_us, "forward_us": t.forward_us,
+                        "backward_us": t.backward_us, "total_us": t.total_us}
+
+
+def _as_request(request, calls, return_values, request_id):
+    if isinstance(request, GraphBuilder):
+        message = request.request()
+    elif isinstance(request, gradserve_pb2.GradRequest):
+        message = gradserve_pb2.GradRequest()
+        message.CopyFrom(request)
+    elif isinstance(request, graph_pb2.Graph):
+        message = gradserve_pb2.GradRequest(graph=request)
+    else:
+        raise TypeError("grad() takes a GraphBuilder, a GradRequest or a Graph, not "
+                        f"{type(request).__name__}")
+    message.calls.extend(calls or ())
+    message.return_values.extend(return_values)
+    if request_id is not None:
+        message.request_id = request_id
+    return message
+
+
+class Client:
+    """A connection to one gradserve server.
+
+    target: "host:port" (any gRPC target string). timeout: default deadline of each call in
+    seconds (None: no deadline). credentials: grpc.ChannelCredentials for TLS (None:
+    plaintext). channel_options: extra gRPC channel options.
+    """
+
+    def __init__(self, target, *, timeout=None, credentials=None, channel_options=()):
+        options = [("grpc.max_receive_message_length", -1),
+                   ("grpc.max_send_message_length", -1)] + list(channel_options)
+        if credentials is None:
+            self._channel = grpc.insecure_channel(target, options=options)
+        else:
+            self._channel = grpc.secure_channel(target, credentials, options=options)
+        self._stub = gradserve_pb2_grpc.GradServiceStub(self._channel)
+        self._timeout = timeout
+        self._limits = None
+        health = _stubs.load_health_module(_stubs.find_stubs_dir())
+        self._health_pb2 = health
+        self._health_check = self._channel.unary_unary(
+            "/grpc.health.v1.Health/Check",
+            request_serializer=health.HealthCheckRequest.SerializeToString,
+            response_deserializer=health.HealthCheckResponse.FromString)
+
+    def close(self):
+        """Closes the channel; calls in flight are cancelled."""
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, method, fn, timeout):
+        try:
+            return fn(self._timeout if timeout is None else timeout)
+        except grpc.RpcError as e:
+            raise GradserveError(e.code(), e.details() or "", method) from None
+
+    def wait_ready(self, timeout):
+        """Blocks until the channel connects; GradserveError(UNAVAILABLE) after timeout."""
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=timeout)
+        except grpc.FutureTimeoutError:
+            raise GradserveError(grpc.StatusCode.UNAVAILABLE,
+                                 f"not connected after {timeout} s", "wait_ready") from None
+
+    def grad(self, request, calls=None, *, return_values=(), request_id=None, timeout=None,
+             stream=None):
+        """Records the graph on the server, runs the backward calls and returns a GradResult.
+
+        request: a GraphBuilder, a GradRequest or a Graph; calls (BackwardCall messages) and
+        return_values are appended to it. stream: True for ComputeGradientsStream, False for the
+        unary call, None to pick the stream only when the request is over the server's message
+        limit. Raises GradserveError.
+        """
+        message = _as_request(request, calls, return_values, request_id)
+        payload = message.SerializeToString()
+        if stream is None:
+            stream = (len(payload) > _DEFAULT_MESSAGE_LIMIT and
+                      len(payload) > self._server_limits(timeout).max_message_bytes)
+        if not stream:
+            response = self._call("ComputeGradients",
+                                  lambda t: self._stub.ComputeGradients(message, timeout=t),
+                                  timeout)
+            return GradResult(response)
+        return GradResult(self._grad_streamed(payload, timeout))
+
+    def _server_limits(self, timeout):
+        if self._limits is None:
+            self._limits = self.info(timeout).limits
+        return self._limits
+
+    def _grad_streamed(self, payload, timeout):
+        limits = self._server_limits(timeout)
+        size = max(1, min(limits.chunk_bytes or _DEFAULT_MESSAGE_LIMIT,
+                          (limits.max_message_bytes or _DEFAULT_MESSAGE_LIMIT) - _CHUNK_OVERHEAD))
+
+        def chunks():
+            for start in range(0, max(len(payload), 1), size):
+                yield gradserve_pb2.Chunk(data=payload[start:start + size],
+                                          total_bytes=len(payload) if start == 0 else 0)
+
+        def run(t):
+            return b"".join(c.data for c in self._stub.ComputeGradientsStream(chunks(), timeout=t))
+
+        return gradserve_pb2.GradResponse.FromString(
+            self._call("ComputeGradientsStream", run, timeout))
+
+    def info(self, timeout=None):
+        """The server's ServerInfo message: version, limits, devices, ops and counters."""
+        return self._call("GetServerInfo", lambda t: self._stub.GetServerInfo(
+            gradserve_pb2.ServerInfoRequest(), timeout=t), timeout)
+
+    def ping(self, payload=b"", timeout=None):
+        """Echoes payload through the server; returns the echoed bytes."""
+        response = self._call("Ping", lambda t: self._stub.Ping(
+            gradserve_pb2.PingRequest(payload=payload), timeout=t), timeout)
+        return response.payload
+
+    def health(self, service="", timeout=None):
+        """The grpc.health.v1 status name of service ("" for the whole server): "SERVING",
+        "NOT_SERVING", ... Raises GradserveError (e.g. NOT_FOUND for an unknown service)."""
+        response = self._call("Health/Check", lambda t: self._health_check(
+            self._health_pb2.HealthCheckRequest(service=service), timeout=t), timeout)
+        return self._health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)

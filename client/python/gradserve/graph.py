@@ -1,0 +1,136 @@
+"""A small builder for GradRequest messages: leaves, ops, sub-graphs and backward calls.
+
+    g = GraphBuilder()
+    g.leaf("x", np.array([1.0, 2.0]), requires_grad=True)
+    g.leaf("w", np.array([3.0, 4.0]), requires_grad=True)
+    g.op("mul", ["x", "w"], out="h")
+    g.op("sum", ["h"], out="loss", dim=[0])
+    g.backward_call(["loss"], inputs=["x", "w"])
+    request = g.request()
+
+Attribute values map to AttrValue by Python type: bool -> b, int -> i, float -> f, str -> s,
+and sequences of those -> ints / floats / strings (an empty sequence is an empty int list).
+numpy scalars count as their Python kind.
+
+Errors: TypeError for an attribute value of no known kind; ValueError for a value name that is
+empty or already defined in this graph (the server checks the rest). Thread safety: a builder is
+not thread-safe; build a request in one thread, then send it from any.
+"""
+
+import numbers
+
+import numpy as np
+
+from gradserve.tensors import to_tensor
+from gradserve.v1 import gradserve_pb2, graph_pb2
+
+
+def attr_value(value):
+    """The AttrValue message for a Python value; see the module docstring for the mapping."""
+    if isinstance(value, graph_pb2.AttrValue):
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        return graph_pb2.AttrValue(b=bool(value))
+    if isinstance(value, numbers.Integral):
+        return graph_pb2.AttrValue(i=int(value))
+    if isinstance(value, numbers.Real):
+        return graph_pb2.AttrValue(f=float(value))
+    if isinstance(value, str):
+        return graph_pb2.AttrValue(s=value)
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+        if all(isinstance(v, str) for v in items) and items:
+            return graph_pb2.AttrValue(strings=graph_pb2.StringList(values=items))
+        if all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in items):
+            return graph_pb2.AttrValue(ints=graph_pb2.IntList(values=[int(v) for v in items]))
+        if all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in items):
+            return graph_pb2.AttrValue(floats=graph_pb2.FloatList(values=[float(v) for v in items]))
+    raise TypeError(f"attribute value {value!r} is not a bool, int, float, str or a list of one "
+                    "of int, float, str")
+
+
+class GraphBuilder:
+    """Builds a Graph (and, for a top-level graph, a GradRequest) in forward order.
+
+    inputs: for a checkpoint body only, its formal input names, bound in order to the
+      checkpoint op's inputs.
+    Every method returns the builder, so calls chain.
+    """
+
+    def __init__(self, inputs=()):
+        self._graph = graph_pb2.Graph(inputs=list(inputs))
+        self._names = set(self._graph.inputs)
+        self._calls = []
+        self._return_values = []
+
+    def _define(self, name):
+        if not name:
+            raise ValueError("value names must not be empty")
+        if name in self._names:
+            raise ValueError(f"value {name!r} is already defined in this graph")
+        self._names.add(name)
+
+    def leaf(self, name, array, requires_grad=False, device=""):
+        """Adds a leaf tensor (a numpy array; see tensors.to_tensor for the accepted dtypes)."""
+        self._define(name)
+        self._graph.leaves.add(name=name, value=to_tensor(array, device),
+                               requires_grad=requires_grad)
+        return self
+
+    def op(self, op, inputs, /, out, *, no_grad=False, body=None, **attrs):
+        """Adds an op.
+
+        op: the op's name ("mul", "grad", "checkpoint", ...); inputs: value names in the op's
+        argument order; out: the output name, or a list of names (empty for "hook");
+        no_grad: run with grad mode off; body: a GraphBuilder for checkpoint's sub-graph;
+        attrs: the op's attributes by name.
+        """
+        outputs = [out] if isinstance(out, str) else list(out)
+        for name in outputs:
+            self._define(name)
+        message = self._graph.ops.add(op=op, inputs=list(inputs), outputs=outputs,
+                                      no_grad=no_grad)
+        for key, value in attrs.items():
+            message.attrs[key].CopyFrom(attr_value(value))
+        if body is not None:
+            message.body.CopyFrom(body.graph())
+        return self
+
+    def outputs(self, *names):
+        """Sets a checkpoint body's outputs, bound in order to the checkpoint op's outputs."""
+        self._graph.outputs[:] = list(names)
+        return self
+
+    def backward_call(self, roots, seeds=None, inputs=(), *, accumulate_grad=False,
+                      retain_graph=False, create_graph=False, allow_unused=False,
+                      materialize_grads=False, detect_anomaly=False):
+        """Appends a BackwardCall (the fields of gradserve.proto's BackwardCall).
+
+        roots: a name or a list of names; seeds: {root name: array}, roots left out must have
+        one element and are seeded with ones; inputs: what to return gradients for.
+        """
+        call = gradserve_pb2.BackwardCall(
+            roots=[roots] if isinstance(roots, str) else list(roots), inputs=list(inputs),
+            accumulate_grad=accumulate_grad, retain_graph=retain_graph,
+            create_graph=create_graph, allow_unused=allow_unused,
+            materialize_grads=materialize_grads, detect_anomaly=detect_anomaly)
+        for name, array in (seeds or {}).items():
+            call.seeds[name].CopyFrom(to_tensor(array))
+        self._calls.append(call)
+        return self
+
+    def return_values(self, *names):
+        """Asks for these forward values in the response."""
+        self._return_values.extend(names)
+        return self
+
+    def graph(self):
+        """A copy of the Graph message built so far."""
+        copy = graph_pb2.Graph()
+        copy.CopyFrom(self._graph)
+        return copy
+
+    def request(self, request_id=""):
+        """A GradRequest with this graph, its backward calls and return values."""
+        return gradserve_pb2.GradRequest(request_id=request_id, graph=self._graph,
+                                         calls=self._calls, return_values=self._return_values)

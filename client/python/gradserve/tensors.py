@@ -1,0 +1,66 @@
+"""Conversion between numpy arrays and gradserve.v1.Tensor messages.
+
+Tensors travel as raw little-endian, row-major bytes (tensor.proto). Four dtypes exist:
+float32, float64, int64 and bool. Conversion never changes a dtype silently: an array of any
+other dtype is a TypeError (cast it first, e.g. ``a.astype(np.int64)``).
+
+Thread safety: the functions are pure; call them from any thread.
+"""
+
+import numpy as np
+
+from gradserve.v1 import tensor_pb2
+
+# numpy dtype (little-endian) <-> wire dtype.
+_TO_WIRE = {
+    np.dtype("<f4"): tensor_pb2.DTYPE_FLOAT32,
+    np.dtype("<f8"): tensor_pb2.DTYPE_FLOAT64,
+    np.dtype("<i8"): tensor_pb2.DTYPE_INT64,
+    np.dtype("bool"): tensor_pb2.DTYPE_BOOL,
+}
+_FROM_WIRE = {wire: dtype for dtype, wire in _TO_WIRE.items()}
+
+
+def to_tensor(array, device=""):
+    """A Tensor message holding a copy of ``array``.
+
+    array: a numpy array, or anything np.asarray accepts (Python floats become float64, ints
+      int64, bools bool). Big-endian arrays are byte-swapped; any memory layout is sent in C order.
+    device: where the tensor should live on the server ("" means cpu).
+    Raises TypeError for a dtype other than float32, float64, int64 or bool.
+    """
+    a = np.asarray(array)
+    wire = _TO_WIRE.get(a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype)
+    if wire is None:
+        raise TypeError(
+            f"gradserve tensors are float32, float64, int64 or bool; got {a.dtype} "
+            "(cast it with astype first)")
+    a = a.astype(_FROM_WIRE[wire], copy=False)  # little-endian; tobytes writes C order
+    return tensor_pb2.Tensor(dtype=wire, shape=list(a.shape), data=a.tobytes(order="C"),
+                             device=device)
+
+
+def from_tensor(tensor):
+    """A new, writable numpy array with the contents of a Tensor message.
+
+    Accepts raw ``data`` and hand-written ``values``. Raises ValueError if the dtype is
+    unspecified or unknown, or if the contents do not match the shape.
+    """
+    dtype = _FROM_WIRE.get(tensor.dtype)
+    if dtype is None:
+        raise ValueError(f"tensor has no valid dtype ({tensor.dtype})")
+    shape = tuple(tensor.shape)
+    numel = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if tensor.WhichOneof("contents") == "values":
+        v = tensor.values
+        source = v.bools if dtype == np.bool_ else v.ints if dtype == np.int64 else v.doubles
+        flat = np.array(list(source), dtype=dtype)
+    else:
+        if len(tensor.data) != numel * dtype.itemsize:
+            raise ValueError(f"tensor of shape {list(shape)} and dtype {dtype} needs "
+                             f"{numel * dtype.itemsize} bytes, has {len(tensor.data)}")
+        flat = np.frombuffer(tensor.data, dtype=dtype).copy()
+    if flat.size != numel:
+        raise ValueError(f"tensor of shape {list(shape)} has {flat.size} values")
+    # Native byte order for the caller, whatever the host.
+    return flat.astype(dtype.newbyteorder("="), copy=False).reshape(shape)
