@@ -1,0 +1,47 @@
+// The subcommands of the `gradserve` tool. Each lives in its own file and is listed in main.cc.
+
+#ifndef GRADSERVE_CLIENT_CLI_COMMAND_H_
+#define GRADSERVE_CLIENT_CLI_COMMAND_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/gradserve_client.h"
+
+namespace gradserve::cli {
+
+// Exit codes of every subcommand.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;  // the call failed (its gRPC status is printed)
+inline constexpr int kExitUsage = 2;    // bad arguments
+
+struct Command {
+  std::string name;     // "grad"
+  std::string summary;  // one line for `gradserve --help`
+  std::string usage;    // the head of `gradserve NAME --help`
+  // The flags the command reads (without "--"), described by its --help. --target and
+  // --timeout, read by every command that calls the server, are listed here too.
+  std::vector<std::string> flags;
+  // Runs with the positional arguments (flags already parsed); returns the exit code.
+  std::function<int(const std::vector<std::string>& args)> run;
+};
+
+Command GradCommand();
+Command InfoCommand();
+Command HealthCommand();
+Command PingCommand();
+
+// Shared by the commands that call the server (common.cc).
+// A client for --target.
+std::unique_ptr<client::Client> ConnectFromFlags();
+// A deadline of --timeout.
+client::CallOptions CallOptionsFromFlags();
+// Prints "gradserve WHAT: CODE: message" to stderr; returns kExitFailure.
+int ReportError(const std::string& what, const absl::Status& status);
+
+}  // namespace gradserve::cli
+
+#endif  // GRADSERVE_CLIENT_CLI_COMMAND_H_
