@@ -1,0 +1,310 @@
+#include "server/grad_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "server/grpc_status.h"
+#include "server/log.h"
+#include "server/request_runner.h"
+#include "server/server_info.h"
+
+namespace gradserve::server {
+namespace {
+
+// A token that stops the work at the call's deadline, and is cancelled by OnCancel.
+std::shared_ptr<autograd::CancellationToken> MakeToken(const grpc::CallbackServerContext* context) {
+  const auto deadline = context->deadline();
+  const absl::Time d = deadline == std::chrono::system_clock::time_point::max()
+                           ? absl::InfiniteFuture()
+                           : absl::FromChrono(deadline);
+  return std::make_shared<autograd::CancellationToken>(d);
+}
+
+// What OnCancel tells the work: gRPC cancels a call both when its client gives up and when its
+// deadline passes.
+void CancelWork(autograd::CancellationToken& token) {
+  if (absl::Now() >= token.deadline()) {
+    token.Cancel(absl::DeadlineExceededError("the call's deadline passed; the work stopped"));
+  } else {
+    token.Cancel(absl::CancelledError("the client cancelled the call; the work stopped"));
+  }
+}
+
+// The request id for the log: printable and bounded, since it comes from the client.
+std::string LogId(const std::string& id) {
+  if (id.empty()) return "-";
+  std::string out = id.substr(0, 64);
+  for (char& c : out) {
+    if (c <= ' ' || c > '~') c = '?';
+  }
+  return out;
+}
+
+}  // namespace
+
+// Note [Request flow], unary form. The request and response messages belong to gRPC and stay
+// valid until OnDone.
+class GradService::UnaryGradReactor final : public grpc::ServerUnaryReactor {
+ public:
+  UnaryGradReactor(GradService* service, grpc::CallbackServerContext* context,
+                   const v1::GradRequest* request, v1::GradResponse* response)
+      : cancel_(MakeToken(context)) {
+    if (absl::Status admitted = service->Admit(); !admitted.ok()) {
+      service->Reject(request->request_id(), "unary", admitted);
+      Finish(ToGrpcStatus(admitted));
+      return;
+    }
+    Job job;
+    job.rpc = "unary";
+    job.received = absl::Now();
+    job.request = request;
+    job.response = response;
+    job.request_bytes = static_cast<int64_t>(request->ByteSizeLong());
+    job.cancel = cancel_;
+    job.done = [this](const absl::Status& status) { Finish(ToGrpcStatus(status)); };
+    service->Execute(std::move(job));
+  }
+
+  void OnCancel() override { CancelWork(*cancel_); }
+  void OnDone() override { delete this; }
+
+ private:
+  const std::shared_ptr<autograd::CancellationToken> cancel_;
+};
+
+// Note [Request flow], streaming form. Reads, the work and writes happen one after another, so
+// no two of them touch the reactor's fields at once; OnCancel touches only the token.
+class GradService::StreamGradReactor final
+    : public grpc::ServerBidiReactor<v1::Chunk, v1::Chunk> {
+ public:
+  StreamGradReactor(GradService* service, grpc::CallbackServerContext* context)
+      : service_(service),
+        context_(context),
+        cancel_(MakeToken(context)),
+        received_at_(absl::Now()) {
+    if (absl::Status admitted = service->Admit(); !admitted.ok()) {
+      service->Reject("", "stream", admitted);
+      Finish(ToGrpcStatus(admitted));
+      return;
+    }
+    StartRead(&chunk_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      RunRequest();
+      return;
+    }
+    const int64_t limit = service_->options_.max_request_bytes;
+    if (chunk_.total_bytes() > limit ||
+        static_cast<int64_t>(received_.size() + chunk_.data().size()) > limit) {
+      FailEarly(absl::ResourceExhaustedError(absl::StrCat(
+          "the streamed request is larger than the limit of ", limit,
+          " bytes (--max_request_bytes)")));
+      return;
+    }
+    if (chunk_.total_bytes() > 0 && received_.empty()) received_.reserve(chunk_.total_bytes());
+    received_.append(chunk_.data());
+    StartRead(&chunk_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the response stream broke"));
+      return;
+    }
+    WriteNextChunk();
+  }
+
+  void OnCancel() override { CancelWork(*cancel_); }
+  void OnDone() override { delete this; }
+
+ private:
+  // The client half-closed (or the call broke): parse what came and run it.
+  void RunRequest() {
+    if (context_->IsCancelled()) {
+      FailEarly(absl::CancelledError("the client cancelled the call while sending it"));
+      return;
+    }
+    if (!request_.ParseFromString(received_)) {
+      FailEarly(absl::InvalidArgumentError(absl::StrCat(
+          "malformed request: the ", received_.size(),
+          " streamed bytes do not parse as a gradserve.v1.GradRequest")));
+      return;
+    }
+    const int64_t request_bytes = static_cast<int64_t>(received_.size());
+    std::string().swap(received_);
+    Job job;
+    job.rpc = "stream";
+    job.received = received_at_;
+    job.request = &request_;
+    job.response = &response_;
+    job.request_bytes = request_bytes;
+    job.cancel = cancel_;
+    job.done = [this](const absl::Status& status) {
+      if (!status.ok()) {
+        Finish(ToGrpcStatus(status));
+        return;
+      }
+      response_.SerializeToString(&out_);
+      response_.Clear();
+      WriteNextChunk();
+    };
+    service_->Execute(std::move(job));
+  }
+
+  void FailEarly(const absl::Status& status) {
+    service_->Release(request_.request_id(), "stream", status, received_at_, 0,
+                      static_cast<int64_t>(received_.size()), 0);
+    Finish(ToGrpcStatus(status));
+  }
+
+  // Writes the next chunk of out_, or finishes once all was written. The first chunk carries
+  // the total size; an empty response is still one (empty) chunk.
+  void WriteNextChunk() {
+    if (written_ > 0 && written_ >= out_.size()) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    const size_t n = std::min(out_.size() - written_,
+                              static_cast<size_t>(service_->options_.chunk_bytes));
+    chunk_.Clear();
+    if (written_ == 0) chunk_.set_total_bytes(static_cast<int64_t>(out_.size()));
+    chunk_.set_data(out_.substr(written_, n));
+    written_ += std::max<size_t>(n, 1);
+    StartWrite(&chunk_);
+  }
+
+  GradService* const service_;
+  grpc::CallbackServerContext* const context_;
+  const std::shared_ptr<autograd::CancellationToken> cancel_;
+  const absl::Time received_at_;
+  v1::Chunk chunk_;        // the read, then the write, in progress
+  std::string received_;   // the serialized request so far
+  v1::GradRequest request_;
+  v1::GradResponse response_;
+  std::string out_;        // the serialized response
+  size_t written_ = 0;     // bytes of out_ sent (1 for an empty response once sent)
+};
+
+GradService::GradService(ServerOptions options)
+    : options_(std::move(options)),
+      started_(absl::Now()),
+      info_(DescribeServer(options_)),
+      pool_(std::make_unique<WorkerPool>(
+          options_.worker_threads > 0
+              ? options_.worker_threads
+              : std::max(1, static_cast<int>(std::thread::hardware_concurrency())))) {}
+
+GradService::~GradService() { pool_.reset(); }
+
+grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerContext* context,
+                                                        const v1::GradRequest* request,
+                                                        v1::GradResponse* response) {
+  return new UnaryGradReactor(this, context, request, response);
+}
+
+grpc::ServerBidiReactor<v1::Chunk, v1::Chunk>* GradService::ComputeGradientsStream(
+    grpc::CallbackServerContext* context) {
+  return new StreamGradReactor(this, context);
+}
+
+grpc::ServerUnaryReactor* GradService::GetServerInfo(grpc::CallbackServerContext* context,
+                                                     const v1::ServerInfoRequest* /*request*/,
+                                                     v1::ServerInfo* response) {
+  *response = info_;
+  *response->mutable_counters() = counters();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GradService::Ping(grpc::CallbackServerContext* context,
+                                            const v1::PingRequest* request,
+                                            v1::PingResponse* response) {
+  response->set_payload(request->payload());
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+absl::Status GradService::Admit() {
+  requests_total_.fetch_add(1, std::memory_order_relaxed);
+  absl::MutexLock lock(&mutex_);
+  if (draining_) {
+    return absl::UnavailableError("the server is shutting down; retry on another replica");
+  }
+  if (in_flight_ >= options_.max_in_flight) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the server is full: ", in_flight_, " requests in flight, the limit is ",
+        options_.max_in_flight, " (--max_in_flight); retry later"));
+  }
+  ++in_flight_;
+  return absl::OkStatus();
+}
+
+void GradService::Execute(Job job) {
+  pool_->Submit([this, job = std::move(job)] {
+    absl::Status status =
+        RunGradRequest(*job.request, options_.limits, job.cancel, job.received, job.response);
+    const int64_t bytes_out = status.ok() ? static_cast<int64_t>(job.response->ByteSizeLong()) : 0;
+    Release(job.request->request_id(), job.rpc, status, job.received, job.response->num_nodes(),
+            job.request_bytes, bytes_out);
+    job.done(status);
+  });
+}
+
+void GradService::Release(const std::string& request_id, const std::string& rpc,
+                          const absl::Status& status, absl::Time received, int64_t nodes,
+                          int64_t bytes_in, int64_t bytes_out) {
+  (status.ok() ? requests_ok_ : requests_failed_).fetch_add(1, std::memory_order_relaxed);
+  bytes_received_.fetch_add(bytes_in, std::memory_order_relaxed);
+  bytes_sent_.fetch_add(bytes_out, std::memory_order_relaxed);
+  const grpc::Status grpc_status = ToGrpcStatus(status);
+  LogLine(absl::StrFormat(
+      "request id=%s rpc=%s status=%s duration_ms=%.3f nodes=%d bytes_in=%d bytes_out=%d%s%s",
+      LogId(request_id), rpc, absl::StatusCodeToString(static_cast<absl::StatusCode>(grpc_status.error_code())),
+      absl::ToDoubleMilliseconds(absl::Now() - received), nodes, bytes_in, bytes_out,
+      status.ok() ? "" : " error=", status.ok() ? "" : grpc_status.error_message().substr(0, 200)));
+  absl::MutexLock lock(&mutex_);
+  --in_flight_;
+}
+
+void GradService::Reject(const std::string& request_id, const std::string& rpc,
+                         const absl::Status& status) {
+  requests_rejected_.fetch_add(1, std::memory_order_relaxed);
+  LogLine(absl::StrFormat("request id=%s rpc=%s status=%s duration_ms=0 nodes=0 error=%s",
+                          LogId(request_id), rpc, absl::StatusCodeToString(status.code()),
+                          std::string(status.message())));
+}
+
+void GradService::StartDraining() {
+  absl::MutexLock lock(&mutex_);
+  draining_ = true;
+}
+
+bool GradService::WaitUntilIdle(absl::Duration timeout) {
+  absl::MutexLock lock(&mutex_);
+  return mutex_.AwaitWithTimeout(absl::Condition(this, &GradService::Idle), timeout);
+}
+
+v1::Counters GradService::counters() const {
+  v1::Counters c;
+  c.set_requests_total(requests_total_.load(std::memory_order_relaxed));
+  c.set_requests_ok(requests_ok_.load(std::memory_order_relaxed));
+  c.set_requests_failed(requests_failed_.load(std::memory_order_relaxed));
+  c.set_requests_rejected(requests_rejected_.load(std::memory_order_relaxed));
+  c.set_bytes_received(bytes_received_.load(std::memory_order_relaxed));
+  c.set_bytes_sent(bytes_sent_.load(std::memory_order_relaxed));
+  c.set_uptime_us(absl::ToInt64Microseconds(absl::Now() - started_));
+  absl::MutexLock lock(&mutex_);
+  c.set_in_flight(in_flight_);
+  return c;
+}
+
+}  // namespace gradserve::server

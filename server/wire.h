@@ -1,0 +1,50 @@
+// Translation between gradserve.v1 messages and the engine's structures.
+//
+// Note [Validate before allocating]
+// A request is checked in two passes. The first (the census) reads only the proto: counts of
+// ops, leaves, calls and nesting against the limits, and for every tensor its dtype, its shape
+// (overflow-checked), its byte or value count, its device, and the sum of all tensors' bytes
+// against the per-request memory limit. Only when all of that passes does the second pass
+// allocate tensors and build the graph. So no request, however malformed, makes the server
+// allocate more than the limits allow. Ops, names and attributes are the interpreter's to
+// check (graph::Validate, run by RecordedGraph::Record).
+
+#ifndef GRADSERVE_SERVER_WIRE_H_
+#define GRADSERVE_SERVER_WIRE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/graph/graph.h"
+#include "engine/graph/interpreter.h"
+#include "engine/tensor/tensor.h"
+#include "gradserve/v1/gradserve.pb.h"
+
+namespace gradserve::server {
+
+// A request in the engine's terms.
+struct EngineRequest {
+  graph::Graph graph;
+  std::vector<graph::BackwardCall> calls;
+};
+
+// Checks the request against limits (Note [Validate before allocating]), then builds the graph
+// and calls. Errors: INVALID_ARGUMENT for malformed content, RESOURCE_EXHAUSTED past a limit;
+// each message names the leaf, op, call or seed and the field involved.
+absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request,
+                                        const graph::Limits& limits);
+
+// Copies a tensor (any device, any layout) into a wire tensor with raw bytes. An undefined
+// tensor leaves out untouched. Throws StatusError if the device copy fails.
+void ToProto(const Tensor& tensor, v1::Tensor* out);
+
+// Conversions between the two dtype enums; FromProto's is nullopt for values outside
+// float32, float64, int64 and bool.
+std::optional<DType> FromProto(v1::DType dtype);
+v1::DType ToProto(DType dtype);
+
+}  // namespace gradserve::server
+
+#endif  // GRADSERVE_SERVER_WIRE_H_
