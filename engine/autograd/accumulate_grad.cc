@@ -15,7 +15,7 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
   Tensor new_grad = std::move(grads[0]);
   if (!new_grad.defined()) return {};
   AutogradMeta& meta = variable_.mutable_autograd_meta();
-  absl::MutexLock lock(&meta.mutex);
+  MutexLock lock(&meta.mutex);
   // Note [Accumulating in place].
   if (GradMode::is_enabled()) {
     meta.grad = meta.grad.defined() ? AccumulateSum(meta.grad, new_grad) : new_grad;

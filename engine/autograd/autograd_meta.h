@@ -8,8 +8,8 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/tensor/tensor.h"
+#include "engine/util/mutex.h"
 
 namespace gradserve::autograd {
 
@@ -25,7 +25,7 @@ struct AutogradMeta {
   std::string name;
 
   // Guards a leaf's gradient state against concurrent backward passes.
-  absl::Mutex mutex;
+  Mutex mutex;
   // The leaf's AccumulateGrad, made on first use (GradAccumulator). Weak, as in PyTorch: the
   // recorded graph owns it, and a new one is made once that graph is gone.
   std::weak_ptr<Node> grad_accumulator ABSL_GUARDED_BY(mutex);

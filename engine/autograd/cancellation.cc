@@ -8,7 +8,7 @@ namespace gradserve::autograd {
 void CancellationToken::Cancel(absl::Status reason) {
   std::map<int64_t, std::function<void()>> to_run;
   {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     if (cancelled_.load(std::memory_order_relaxed)) return;
     reason_ = std::move(reason);
     cancelled_.store(true, std::memory_order_release);
@@ -19,7 +19,7 @@ void CancellationToken::Cancel(absl::Status reason) {
 
 absl::Status CancellationToken::Check() const {
   if (cancelled_.load(std::memory_order_acquire)) {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     return reason_;
   }
   if (deadline_ != absl::InfiniteFuture() && absl::Now() >= deadline_) {
@@ -30,7 +30,7 @@ absl::Status CancellationToken::Check() const {
 
 int64_t CancellationToken::AddCallback(std::function<void()> fn) {
   {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     if (!cancelled_.load(std::memory_order_relaxed)) {
       callbacks_.emplace(next_id_, std::move(fn));
       return next_id_++;
@@ -41,7 +41,7 @@ int64_t CancellationToken::AddCallback(std::function<void()> fn) {
 }
 
 void CancellationToken::RemoveCallback(int64_t id) {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   callbacks_.erase(id);
 }
 

@@ -10,8 +10,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "engine/util/mutex.h"
 
 namespace gradserve::autograd {
 
@@ -41,7 +41,7 @@ class CancellationToken {
  private:
   const absl::Time deadline_;
   std::atomic<bool> cancelled_{false};
-  mutable absl::Mutex mutex_;
+  mutable Mutex mutex_;
   absl::Status reason_ ABSL_GUARDED_BY(mutex_);
   std::map<int64_t, std::function<void()>> callbacks_ ABSL_GUARDED_BY(mutex_);
   int64_t next_id_ ABSL_GUARDED_BY(mutex_) = 0;

@@ -111,23 +111,24 @@ Engine& Engine::Get() {
 
 Engine::~Engine() {
   {
-    absl::MutexLock lock(&device_mutex_);
+    MutexLock lock(&device_mutex_);
     for (auto& queue : device_ready_queues_) {
       if (queue) queue->push_shutdown_task();
     }
   }
   {
-    absl::MutexLock lock(&pool_mutex_);
+    MutexLock lock(&pool_mutex_);
     pool_shutdown_ = true;
   }
+  pool_work_.SignalAll();
   // Threads are joined without the locks, which they may need on their way out.
   std::vector<std::thread> threads;
   {
-    absl::MutexLock lock(&device_mutex_);
+    MutexLock lock(&device_mutex_);
     threads.swap(device_threads_);
   }
   {
-    absl::MutexLock lock(&pool_mutex_);
+    MutexLock lock(&pool_mutex_);
     for (auto& t : pool_threads_) threads.push_back(std::move(t));
     pool_threads_.clear();
   }
@@ -140,7 +141,7 @@ int Engine::device_index(Device device) {
 }
 
 int Engine::device_threads_started() const {
-  absl::MutexLock lock(&device_mutex_);
+  MutexLock lock(&device_mutex_);
   return static_cast<int>(device_threads_.size());
 }
 
@@ -148,7 +149,7 @@ void Engine::compute_dependencies(Node* root, GraphTask& task, uint64_t min_topo
   // Breadth-agnostic walk over every Node reachable from the root, counting for each how many
   // edges lead into it. Nodes below min_topo_nr cannot reach an output: their edges are not
   // followed.
-  absl::MutexLock lock(&task.mutex_);
+  MutexLock lock(&task.mutex_);
   std::vector<Node*> queue{root};
   task.nodes_in_graph_.insert(root);
   while (!queue.empty()) {
@@ -294,7 +295,7 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
   TensorList outputs;
   {
     // Note [Node thread safety].
-    absl::MutexLock node_lock(&func->mutex());
+    MutexLock node_lock(&func->mutex());
     TensorList grads = InputBuffer::variables(std::move(inputs));
     for (const auto& [input_nr, hook] : func->tensor_pre_hooks()) {
       if (grads[input_nr].defined()) grads[input_nr] = (*hook)(grads[input_nr]);
@@ -304,7 +305,7 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
       if (it == graph_task->exec_info_.end()) return;
       const GraphTask::ExecInfo& info = it->second;
       if (!info.captures_.empty()) {
-        absl::MutexLock lock(&graph_task->mutex_);
+        MutexLock lock(&graph_task->mutex_);
         for (const auto& capture : info.captures_) {
           graph_task->captured_vars_[capture.output_idx_] = grads[capture.input_idx_];
         }
@@ -326,7 +327,7 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
   }
 
   // Hand each gradient to the Node it flows to; queue those that now have all their inputs.
-  absl::MutexLock lock(&graph_task->mutex_);
+  MutexLock lock(&graph_task->mutex_);
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Edge& next = func->next_edge(i);
     if (!next.is_valid()) continue;
@@ -377,7 +378,7 @@ std::shared_ptr<ReadyQueue> Engine::ready_queue(const std::shared_ptr<ReadyQueue
 std::shared_ptr<ReadyQueue> Engine::ready_queue_by_index(
     const std::shared_ptr<ReadyQueue>& cpu_ready_queue, int index) {
   if (index == kCpuDevice) return cpu_ready_queue;
-  absl::MutexLock lock(&device_mutex_);
+  MutexLock lock(&device_mutex_);
   std::shared_ptr<ReadyQueue>& queue = device_ready_queues_[index];
   if (queue == nullptr) {
     // First use of this device: its worker thread starts, once.
@@ -395,26 +396,27 @@ void Engine::device_thread_main(int index, std::shared_ptr<ReadyQueue> queue) {
 }
 
 void Engine::add_thread_pool_task(const std::weak_ptr<GraphTask>& graph_task) {
-  absl::MutexLock lock(&pool_mutex_);
-  pool_graph_tasks_.push_back(graph_task);
-  // Every queued pass needs a thread of its own: its caller is blocked until it finishes.
-  if (pool_idle_threads_ < static_cast<int>(pool_graph_tasks_.size())) {
-    pool_threads_.emplace_back(&Engine::reentrant_thread_main, this);
-    pool_threads_started_.fetch_add(1, std::memory_order_relaxed);
+  {
+    MutexLock lock(&pool_mutex_);
+    pool_graph_tasks_.push_back(graph_task);
+    // Every queued pass needs a thread of its own: its caller is blocked until it finishes.
+    if (pool_idle_threads_ < static_cast<int>(pool_graph_tasks_.size())) {
+      pool_threads_.emplace_back(&Engine::reentrant_thread_main, this);
+      pool_threads_started_.fetch_add(1, std::memory_order_relaxed);
+    }
   }
+  pool_work_.Signal();
 }
 
 void Engine::reentrant_thread_main() {
   while (true) {
     std::shared_ptr<GraphTask> graph_task;
     {
-      absl::MutexLock lock(&pool_mutex_);
+      MutexLock lock(&pool_mutex_);
       ++pool_idle_threads_;
-      pool_mutex_.Await(absl::Condition(
-          +[](Engine* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->pool_mutex_) {
-            return e->pool_shutdown_ || !e->pool_graph_tasks_.empty();
-          },
-          this));
+      pool_work_.Wait(&pool_mutex_, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return pool_shutdown_ || !pool_graph_tasks_.empty();
+      });
       --pool_idle_threads_;
       if (pool_graph_tasks_.empty()) return;  // shut down
       graph_task = pool_graph_tasks_.front().lock();

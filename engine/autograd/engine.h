@@ -34,12 +34,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/autograd/edge.h"
 #include "engine/autograd/graph_future.h"
 #include "engine/autograd/graph_task.h"
 #include "engine/autograd/ready_queue.h"
 #include "engine/tensor/memory_budget.h"
+#include "engine/util/mutex.h"
 
 namespace gradserve::autograd {
 
@@ -124,13 +124,14 @@ class Engine {
   static constexpr int kMaxDeviceIndex = kNumDeviceTypes * kMaxDevicesPerType;
 
   // Guards the creation of device queues and threads (each started once, on first use).
-  mutable absl::Mutex device_mutex_;
+  mutable Mutex device_mutex_;
   std::array<std::shared_ptr<ReadyQueue>, kMaxDeviceIndex> device_ready_queues_
       ABSL_GUARDED_BY(device_mutex_);
   std::vector<std::thread> device_threads_ ABSL_GUARDED_BY(device_mutex_);
 
   // Guards the reentrant pool's queue of GraphTasks and its threads.
-  absl::Mutex pool_mutex_;
+  Mutex pool_mutex_;
+  CondVar pool_work_;
   std::deque<std::weak_ptr<GraphTask>> pool_graph_tasks_ ABSL_GUARDED_BY(pool_mutex_);
   int pool_idle_threads_ ABSL_GUARDED_BY(pool_mutex_) = 0;
   bool pool_shutdown_ ABSL_GUARDED_BY(pool_mutex_) = false;

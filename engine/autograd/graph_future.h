@@ -9,8 +9,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/tensor/tensor.h"
+#include "engine/util/mutex.h"
 
 namespace gradserve::autograd {
 
@@ -32,7 +32,8 @@ class GraphFuture {
   void Then(std::function<void(const Result&)> fn);
 
  private:
-  mutable absl::Mutex mutex_;
+  mutable Mutex mutex_;
+  mutable CondVar resolved_;
   bool completed_ ABSL_GUARDED_BY(mutex_) = false;
   // completed_ for lock-free polling by the worker loop.
   std::atomic<bool> completed_flag_{false};

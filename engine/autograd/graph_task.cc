@@ -32,7 +32,7 @@ void GraphTask::init_to_execute(Node& graph_root, const EdgeList& outputs, bool 
     }
   }
   {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     captured_vars_.resize(output_idx);
   }
 
@@ -84,7 +84,7 @@ void GraphTask::mark_as_completed_and_run_post_processing() {
   if (future_completed_.exchange(true)) return;
   TensorList captured;
   {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     captured = std::move(captured_vars_);
   }
   future_result_->Resolve(std::move(captured));

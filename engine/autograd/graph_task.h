@@ -12,13 +12,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "engine/autograd/cancellation.h"
 #include "engine/autograd/edge.h"
 #include "engine/autograd/graph_future.h"
 #include "engine/autograd/input_buffer.h"
 #include "engine/autograd/node.h"
 #include "engine/tensor/memory_budget.h"
+#include "engine/util/mutex.h"
 
 namespace gradserve::autograd {
 
@@ -81,7 +81,7 @@ struct GraphTask : std::enable_shared_from_this<GraphTask> {
   const bool exit_on_error_;
 
   // Guards the dependency counts, not-ready buffers and captures below.
-  absl::Mutex mutex_;
+  Mutex mutex_;
   // Per Node, how many of its inputs have not arrived yet.
   absl::flat_hash_map<Node*, int> dependencies_ ABSL_GUARDED_BY(mutex_);
   // Buffers of Nodes that have some but not all of their inputs.

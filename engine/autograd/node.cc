@@ -12,17 +12,6 @@ thread_local bool GradMode::enabled_ = true;
 namespace {
 thread_local uint64_t next_sequence_nr = 0;
 
-// Note [Mutex deadlock detection]
-// Debian's Abseil tracks every absl::Mutex in a global lock graph (its deadlock detector),
-// which costs microseconds per Node made, locked and freed: more than the whole backward of a
-// small Node. Release builds turn it off when the engine is loaded; debug builds keep it, and
-// the ThreadSanitizer build checks lock order its own way.
-#ifdef NDEBUG
-const bool kDeadlockDetectionOff = [] {
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  return true;
-}();
-#endif
 }  // namespace
 
 uint64_t NextSequenceNr() { return next_sequence_nr++; }

@@ -30,11 +30,11 @@
 #include <utility>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "engine/autograd/edge.h"
 #include "engine/autograd/function_hook.h"
 #include "engine/autograd/input_metadata.h"
 #include "engine/tensor/tensor.h"
+#include "engine/util/mutex.h"
 
 namespace gradserve::autograd {
 
@@ -102,7 +102,7 @@ class Node : public std::enable_shared_from_this<Node> {
   const std::vector<std::unique_ptr<FunctionPostHook>>& post_hooks() const { return post_hooks_; }
 
   // Note [Node thread safety].
-  absl::Mutex& mutex() const { return mutex_; }
+  Mutex& mutex() const { return mutex_; }
 
  private:
   friend void DeleteNode(Node* node);
@@ -115,7 +115,7 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<std::pair<uint32_t, std::shared_ptr<TensorHook>>> tensor_pre_hooks_;
   std::vector<std::unique_ptr<FunctionPreHook>> pre_hooks_;
   std::vector<std::unique_ptr<FunctionPostHook>> post_hooks_;
-  mutable absl::Mutex mutex_;
+  mutable Mutex mutex_;
 };
 
 // Deletes a Node, unlinking chains of Nodes that die with it without recursion

@@ -3,13 +3,6 @@
 #include "engine/autograd/graph_task.h"
 
 namespace gradserve::autograd {
-namespace {
-template <typename Heap>
-bool HasWork(Heap* heap) {
-  return !heap->empty();
-}
-}  // namespace
-
 bool ReadyQueue::CompareNodeTaskTime::operator()(const NodeTask& t1, const NodeTask& t2) const {
   // Note [ReadyQueue order].
   if (t2.is_shutdown_task) return true;
@@ -26,18 +19,24 @@ void ReadyQueue::push(NodeTask task, bool increment_outstanding_tasks) {
       graph_task->outstanding_tasks_.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  absl::MutexLock lock(&mutex_);
-  heap_.push(std::move(task));
+  {
+    MutexLock lock(&mutex_);
+    heap_.push(std::move(task));
+  }
+  not_empty_.Signal();
 }
 
 void ReadyQueue::push_shutdown_task() {
-  absl::MutexLock lock(&mutex_);
-  heap_.push(NodeTask({}, nullptr, InputBuffer(0), 0, /*is_shutdown_task=*/true));
+  {
+    MutexLock lock(&mutex_);
+    heap_.push(NodeTask({}, nullptr, InputBuffer(0), 0, /*is_shutdown_task=*/true));
+  }
+  not_empty_.Signal();
 }
 
 NodeTask ReadyQueue::pop() {
-  absl::MutexLock lock(&mutex_);
-  mutex_.Await(absl::Condition(&HasWork<decltype(heap_)>, &heap_));
+  MutexLock lock(&mutex_);
+  not_empty_.Wait(&mutex_, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !heap_.empty(); });
   // priority_queue::top is const; the task is moved out just before it is popped.
   NodeTask task = std::move(const_cast<NodeTask&>(heap_.top()));
   heap_.pop();
@@ -45,8 +44,9 @@ NodeTask ReadyQueue::pop() {
 }
 
 std::optional<NodeTask> ReadyQueue::pop(absl::Time deadline) {
-  absl::MutexLock lock(&mutex_);
-  if (!mutex_.AwaitWithDeadline(absl::Condition(&HasWork<decltype(heap_)>, &heap_), deadline)) {
+  MutexLock lock(&mutex_);
+  if (!not_empty_.WaitWithDeadline(
+          &mutex_, deadline, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !heap_.empty(); })) {
     return std::nullopt;
   }
   NodeTask task = std::move(const_cast<NodeTask&>(heap_.top()));
@@ -55,7 +55,7 @@ std::optional<NodeTask> ReadyQueue::pop(absl::Time deadline) {
 }
 
 size_t ReadyQueue::size() const {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   return heap_.size();
 }
 

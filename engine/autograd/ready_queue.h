@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/autograd/node_task.h"
+#include "engine/util/mutex.h"
 
 namespace gradserve::autograd {
 
@@ -43,7 +43,8 @@ class ReadyQueue {
     bool operator()(const NodeTask& t1, const NodeTask& t2) const;
   };
 
-  mutable absl::Mutex mutex_;
+  mutable Mutex mutex_;
+  CondVar not_empty_;
   std::priority_queue<NodeTask, std::vector<NodeTask>, CompareNodeTaskTime> heap_
       ABSL_GUARDED_BY(mutex_);
 };

@@ -45,7 +45,7 @@ void SetHistory(Tensor& out, const std::shared_ptr<Node>& node) {
 std::shared_ptr<Node> GradAccumulator(const Tensor& leaf) {
   AutogradMeta* meta = leaf.autograd_meta();
   if (meta == nullptr || !meta->requires_grad || meta->grad_fn != nullptr) return nullptr;
-  absl::MutexLock lock(&meta->mutex);
+  MutexLock lock(&meta->mutex);
   if (auto existing = meta->grad_accumulator.lock()) return existing;
   std::shared_ptr<Node> made = MakeNode<AccumulateGrad>(leaf);
   meta->grad_accumulator = made;

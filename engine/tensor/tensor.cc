@@ -137,13 +137,13 @@ uint32_t Tensor::output_nr() const {
 Tensor Tensor::grad() const {
   autograd::AutogradMeta* meta = autograd_meta();
   if (meta == nullptr) return Tensor();
-  absl::MutexLock lock(&meta->mutex);
+  MutexLock lock(&meta->mutex);
   return meta->grad;
 }
 
 void Tensor::set_grad(Tensor grad) {
   autograd::AutogradMeta& meta = mutable_autograd_meta();
-  absl::MutexLock lock(&meta.mutex);
+  MutexLock lock(&meta.mutex);
   meta.grad = std::move(grad);
 }
 

@@ -360,7 +360,7 @@ TEST_F(SimulatedDeviceTest, NodesRunOnTheirDeviceThreadAndWakeTheOwner) {
   EXPECT_THAT(Values((*grads)[0]), ElementsAre(9, 9));
   EXPECT_EQ((*grads)[0].device(), kCPU);
   const auto self = std::this_thread::get_id();
-  absl::MutexLock l0(&on_sim0->thread_mutex), l1(&on_sim1->thread_mutex), l2(&on_cpu->thread_mutex);
+  MutexLock l0(&on_sim0->thread_mutex), l1(&on_sim1->thread_mutex), l2(&on_cpu->thread_mutex);
   EXPECT_NE(on_sim0->last_thread, self);
   EXPECT_NE(on_sim1->last_thread, self);
   EXPECT_NE(on_sim0->last_thread, on_sim1->last_thread);

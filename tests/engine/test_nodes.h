@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "engine/util/mutex.h"
 #include "engine/autograd/saved_variable.h"
 #include "engine/autograd/variable.h"
 #include "engine/tensor/basic_kernels.h"
@@ -54,14 +54,14 @@ class LambdaBackward : public autograd::Node {
   TensorList apply(TensorList&& grads) override {
     calls.fetch_add(1);
     {
-      absl::MutexLock lock(&thread_mutex);
+      MutexLock lock(&thread_mutex);
       last_thread = std::this_thread::get_id();
     }
     return body_(std::move(grads));
   }
   std::string name() const override { return name_; }
   std::atomic<int> calls{0};
-  absl::Mutex thread_mutex;
+  Mutex thread_mutex;
   std::thread::id last_thread;
 
  private:
