@@ -1,0 +1,131 @@
+#include "engine/ops/broadcast.h"
+
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "engine/autograd/node.h"
+#include "engine/ops/op_kernels.h"
+
+namespace gradserve::ops {
+namespace {
+
+// Backward of SumOver: the gradient is repeated over the summed dims.
+class SumOverBackward final : public autograd::Node {
+ public:
+  SumOverBackward(const char* name, ReductionLayout layout)
+      : name_(name), layout_(std::move(layout)) {}
+  TensorList apply(TensorList&& grads) override {
+    if (!grads[0].defined() || !should_compute_output(0)) return {Tensor()};
+    return {ExpandOver(grads[0], layout_)};
+  }
+  std::string name() const override { return name_; }
+
+ private:
+  const char* const name_;
+  const ReductionLayout layout_;
+};
+
+// Backward of ExpandOver: the gradient is summed over the repeated dims.
+class ExpandOverBackward final : public autograd::Node {
+ public:
+  explicit ExpandOverBackward(ReductionLayout layout) : layout_(std::move(layout)) {}
+  TensorList apply(TensorList&& grads) override {
+    if (!grads[0].defined() || !should_compute_output(0)) return {Tensor()};
+    return {SumOver(grads[0], layout_, "SumBackward1")};
+  }
+  std::string name() const override { return "ExpandBackward0"; }
+
+ private:
+  const ReductionLayout layout_;
+};
+
+}  // namespace
+
+ReductionLayout MakeReductionLayout(absl::Span<const int64_t> input_shape,
+                                    absl::Span<const bool> reduced, bool keepdim) {
+  ReductionLayout layout;
+  layout.input_shape.assign(input_shape.begin(), input_shape.end());
+  layout.reduced.assign(reduced.begin(), reduced.end());
+  layout.kept.assign(reduced.size(), false);
+  for (size_t d = 0; d < input_shape.size(); ++d) {
+    if (!reduced[d]) {
+      layout.output_shape.push_back(input_shape[d]);
+    } else if (keepdim) {
+      layout.kept[d] = true;
+      layout.output_shape.push_back(1);
+    }
+  }
+  return layout;
+}
+
+ReductionLayout SumToLayout(const char* op, absl::Span<const int64_t> from,
+                            absl::Span<const int64_t> to) {
+  bool ok = to.size() <= from.size();
+  const size_t lead = ok ? from.size() - to.size() : 0;
+  for (size_t d = 0; ok && d < to.size(); ++d) {
+    ok = to[d] == from[lead + d] || to[d] == 1;
+  }
+  GS_CHECK_ARG(ok, op, ": shape ", ShapeToString(to), " cannot be broadcast to ",
+               ShapeToString(from));
+  ReductionLayout layout;
+  layout.input_shape.assign(from.begin(), from.end());
+  layout.output_shape.assign(to.begin(), to.end());
+  layout.reduced.assign(from.size(), false);
+  layout.kept.assign(from.size(), false);
+  for (size_t d = 0; d < from.size(); ++d) {
+    if (d < lead) {
+      layout.reduced[d] = true;
+    } else if (to[d - lead] == 1 && from[d] != 1) {
+      layout.reduced[d] = true;
+      layout.kept[d] = true;
+    }
+  }
+  return layout;
+}
+
+Tensor SumOver(const Tensor& input, const ReductionLayout& layout, const char* node_name) {
+  GS_CHECK_INTERNAL(input.shape() == layout.input_shape, "SumOver: input shape differs");
+  RequireHostMemory("sum", input);
+  const DType out_dtype = IsFloating(input.dtype()) ? input.dtype() : DType::kInt64;
+  Tensor out = Tensor::Empty(layout.output_shape, out_dtype, input.device());
+  DispatchDType(input.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+    using OutT = std::conditional_t<std::is_floating_point_v<T>, T, int64_t>;
+    ReduceKernel<T, Acc, OutT>(
+        input, layout.reduced, out, Acc{0}, [](Acc acc, T v) { return acc + static_cast<Acc>(v); },
+        [](Acc acc) { return static_cast<OutT>(acc); });
+  });
+  RecordOp<SumOverBackward>(out, {input}, node_name, layout);
+  return out;
+}
+
+Tensor ExpandOver(const Tensor& reduced, const ReductionLayout& layout) {
+  GS_CHECK_INTERNAL(reduced.shape() == layout.output_shape, "ExpandOver: shape differs");
+  Strides strides(layout.input_shape.size(), 0);
+  size_t j = 0;  // the dim of `reduced` that input dim d maps to
+  for (size_t d = 0; d < layout.input_shape.size(); ++d) {
+    if (!layout.reduced[d]) {
+      strides[d] = reduced.strides()[j++];
+    } else if (layout.kept[d]) {
+      ++j;
+    }
+  }
+  Tensor out = reduced.AsStrided(layout.input_shape, strides, reduced.storage_offset());
+  RecordOp<ExpandOverBackward>(out, {reduced}, layout);
+  return out;
+}
+
+Tensor sum_to(const Tensor& grad, absl::Span<const int64_t> shape) {
+  if (absl::MakeConstSpan(grad.shape()) == shape) return grad;
+  return SumOver(grad, SumToLayout("sum_to", grad.shape(), shape), "SumBackward1");
+}
+
+Tensor broadcast_to(const Tensor& input, absl::Span<const int64_t> shape) {
+  RequireDefined("broadcast_to", "input", input);
+  if (absl::MakeConstSpan(input.shape()) == shape) return input;
+  return ExpandOver(input, SumToLayout("broadcast_to", shape, input.shape()));
+}
+
+}  // namespace gradserve::ops

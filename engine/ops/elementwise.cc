@@ -1,0 +1,1069 @@
+#include "engine/ops/elementwise.h"
+
+#include <array>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "engine/autograd/grad_mode.h"
+#include "engine/autograd/saved_variable.h"
+#include "engine/ops/broadcast.h"
+#include "engine/ops/op_kernels.h"
+#include "engine/ops/op_registry.h"
+
+namespace gradserve::ops {
+namespace {
+
+using autograd::SavedVariable;
+
+constexpr double kSqrt2 = 1.41421356237309504880;
+constexpr double kSqrtPi = 1.77245385090551602730;
+constexpr double kSqrt2Pi = 2.50662827463100050242;
+constexpr double kGeluTanhK = 0.79788456080286535588;  // sqrt(2 / pi)
+constexpr double kGeluTanhC = 0.044715;
+
+// The backward Node of every elementwise op: a formula (a plain function of this node and the
+// gradient of the op's output) and what the formula needs from the forward pass, which each
+// op's code next to its formula spells out. One class serves all ops so that none repeats the
+// Node plumbing; the formula pointer is the only indirection, once per node.
+//
+// Thread safety: the Engine holds mutex() around apply and release_variables
+// (Note [Node thread safety]); the op fills the fields before the node is shared.
+class ElementwiseBackward final : public autograd::Node {
+ public:
+  using Formula = TensorList (*)(const ElementwiseBackward& node, const Tensor& grad);
+
+  ElementwiseBackward(const char* name, Formula formula) : name_(name), formula_(formula) {}
+
+  TensorList apply(TensorList&& grads) override {
+    if (!grads[0].defined()) return TensorList(num_outputs());
+    return formula_(*this, grads[0]);
+  }
+  std::string name() const override { return name_; }
+  void release_variables() override {
+    for (SavedVariable& s : saved) s.reset();
+  }
+
+  Tensor Saved(int i) const { return saved[i].unpack(this); }
+  bool Needs(size_t i) const { return should_compute_output(i); }
+
+  std::array<SavedVariable, 3> saved;
+  std::array<double, 2> scalars{};
+  std::array<Shape, 2> shapes;  // input shapes the gradients are summed back to
+  int variant = 0;              // gelu's approximation, the dtype a cast came from
+
+ private:
+  const char* const name_;
+  const Formula formula_;
+};
+
+using Formula = ElementwiseBackward::Formula;
+
+// Records an ElementwiseBackward for out if needed; null otherwise.
+std::shared_ptr<ElementwiseBackward> Record(Tensor& out, std::initializer_list<Tensor> inputs,
+                                            const char* name, Formula formula) {
+  return RecordOp<ElementwiseBackward>(out, inputs, name, formula);
+}
+
+// True when a backward formula over these tensors records nothing (no create_graph), so it may
+// run as one fused loop.
+bool CanFuse(std::initializer_list<Tensor> tensors) { return !autograd::ShouldRecord(tensors); }
+
+template <typename, typename T>
+using Same = T;
+
+// A new tensor of `shape` in the dtype of the first input (all inputs share it), with
+// out = fn(inputs...) elementwise under broadcasting. kFloatingOnly instantiates fn for float
+// and double only (the caller has made sure the dtype is floating).
+template <bool kFloatingOnly, typename Fn, typename... Ts>
+Tensor MapSameDType(absl::Span<const int64_t> shape, Fn&& fn, const Ts&... ins) {
+  const Tensor& first = std::get<0>(std::forward_as_tuple(ins...));
+  Tensor out = Tensor::Empty(shape, first.dtype(), first.device());
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    MapKernel<T, Same<Ts, T>...>(
+        out, [&fn](Same<Ts, T>... v) -> T { return static_cast<T>(fn(v...)); }, ins...);
+  };
+  if constexpr (kFloatingOnly) {
+    DispatchFloating(first.dtype(), run);
+  } else {
+    DispatchNumeric(first.dtype(), run);
+  }
+  return out;
+}
+
+// The fused backward loops: same-shape floating operands.
+template <typename Fn, typename... Ts>
+Tensor FusedGrad(Fn&& fn, const Tensor& grad, const Ts&... saved) {
+  return MapSameDType<true>(grad.shape(), fn, grad, saved...);
+}
+
+// A bool tensor of `shape`, pred(inputs...) elementwise (masks for backward formulas; they
+// carry no gradient).
+template <typename Pred, typename... Ts>
+Tensor Mask(absl::Span<const int64_t> shape, Pred&& pred, const Ts&... ins) {
+  const Tensor& first = std::get<0>(std::forward_as_tuple(ins...));
+  Tensor out = Tensor::Empty(shape, DType::kBool, first.device());
+  DispatchFloating(first.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    MapKernel<bool, Same<Ts, T>...>(out, pred, ins...);
+  });
+  return out;
+}
+
+Tensor ZeroLike0d(const Tensor& t) { return Tensor::Scalar(0, t.dtype(), t.device()); }
+
+// g * s, or g itself when s is 1.
+Tensor Scale(const Tensor& g, double s) { return s == 1 ? g : mul(g, s); }
+
+// --- Checks and dtype handling ---
+
+void CheckInput(const char* op, const char* arg, const Tensor& t) {
+  RequireDefined(op, arg, t);
+  RequireHostMemory(op, t);
+}
+
+// input converted to a floating dtype for ops that are floating by nature; ints and bools
+// become float32 (they carry no gradient, so the conversion records nothing).
+Tensor AsFloating(const Tensor& input) {
+  return IsFloating(input.dtype()) ? input : input.To(DType::kFloat32);
+}
+
+// The operands of a binary op, promoted to their result dtype by differentiable casts.
+struct Promoted {
+  Tensor input;
+  Tensor other;
+  DType dtype;
+  Shape shape;
+};
+
+Promoted Promote(const char* op, const char* arg_a, const Tensor& a, const char* arg_b,
+                 const Tensor& b) {
+  CheckInput(op, arg_a, a);
+  CheckInput(op, arg_b, b);
+  RequireSameDevice(op, arg_a, a, arg_b, b);
+  Shape shape = BroadcastShapesOrThrow(op, a.shape(), b.shape());
+  const DType dtype = ResultType({&a, &b});
+  return {to(a, dtype), to(b, dtype), dtype, std::move(shape)};
+}
+
+// The operand of a unary op with a Python float scalar, converted to the result dtype
+// (float32 for int64 and bool; no gradient flows through that conversion).
+Tensor WithFloatScalar(const char* op, const Tensor& input) {
+  CheckInput(op, "input", input);
+  return AsFloating(input);
+}
+
+void CheckIntegralAlpha(const char* op, DType dtype, double alpha) {
+  GS_CHECK_ARG(IsFloating(dtype) || alpha == std::trunc(alpha), op,
+               ": alpha must be an integer for integer inputs, got ", alpha);
+}
+
+// --- Formulas shared by several ops ---
+
+// Gradient g to every input that needs one, summed to its shape, times scalars[0] for the
+// second: add, sub (scalars[0] = -alpha).
+TensorList AddFormula(const ElementwiseBackward& n, const Tensor& g) {
+  TensorList r(n.num_outputs());
+  if (n.Needs(0)) r[0] = sum_to(g, n.shapes[0]);
+  if (r.size() > 1 && n.Needs(1)) r[1] = sum_to(Scale(g, n.scalars[0]), n.shapes[1]);
+  return r;
+}
+
+// g * scalars[0]: the scalar forms of add, sub, rsub, mul.
+TensorList ScaleFormula(const ElementwiseBackward& n, const Tensor& g) {
+  return {Scale(g, n.scalars[0])};
+}
+
+}  // namespace
+
+// --- add, sub, rsub ---
+
+namespace {
+
+Tensor AddImpl(const char* op, const char* node_name, const Tensor& input, const Tensor& other,
+               double alpha) {
+  Promoted p = Promote(op, "input", input, "other", other);
+  if (p.dtype == DType::kBool) {
+    // bool + bool is logical or, as in PyTorch: add as int64 and read back as bool.
+    return AddImpl(op, node_name, input.To(DType::kInt64), other.To(DType::kInt64), alpha)
+        .To(DType::kBool);
+  }
+  CheckIntegralAlpha(op, p.dtype, alpha);
+  Tensor out =
+      alpha == 1 ? MapSameDType<false>(
+                       p.shape, [](auto a, auto b) { return a + b; }, p.input, p.other)
+                 : MapSameDType<false>(
+                       p.shape,
+                       [alpha](auto a, auto b) { return a + static_cast<decltype(a)>(alpha) * b; },
+                       p.input, p.other);
+  if (auto node = Record(out, {p.input, p.other}, node_name, &AddFormula)) {
+    node->scalars[0] = alpha;
+    node->shapes = {p.input.shape(), p.other.shape()};
+  }
+  return out;
+}
+
+// input * s1 + s0 for a float scalar, recording ScaleFormula with the given factor.
+Tensor AffineScalar(const char* op, const char* node_name, const Tensor& input, double scale,
+                    double shift) {
+  Tensor x = WithFloatScalar(op, input);
+  Tensor out = scale == 1 ? MapSameDType<true>(
+                                x.shape(),
+                                [shift](auto v) { return v + static_cast<decltype(v)>(shift); }, x)
+                          : MapSameDType<true>(
+                                x.shape(),
+                                [scale, shift](auto v) {
+                                  using T = decltype(v);
+                                  return static_cast<T>(scale) * v + static_cast<T>(shift);
+                                },
+                                x);
+  if (auto node = Record(out, {x}, node_name, &ScaleFormula)) node->scalars[0] = scale;
+  return out;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& input, const Tensor& other, double alpha) {
+  return AddImpl("add", "AddBackward0", input, other, alpha);
+}
+
+Tensor add(const Tensor& input, double other, double alpha) {
+  return AffineScalar("add", "AddBackward0", input, 1, alpha * other);
+}
+
+Tensor sub(const Tensor& input, const Tensor& other, double alpha) {
+  RequireNotBool("sub", "input", input);
+  RequireNotBool("sub", "other", other);
+  return AddImpl("sub", "SubBackward0", input, other, -alpha);
+}
+
+Tensor sub(const Tensor& input, double other, double alpha) {
+  RequireNotBool("sub", "input", input);
+  return AffineScalar("sub", "SubBackward0", input, 1, -alpha * other);
+}
+
+Tensor rsub(const Tensor& input, double other, double alpha) {
+  RequireNotBool("rsub", "input", input);
+  return AffineScalar("rsub", "RsubBackward1", input, -alpha, other);
+}
+
+// --- mul ---
+
+namespace {
+
+// saved: 0 input, 1 other (each saved only if the other's gradient is needed).
+TensorList MulFormula(const ElementwiseBackward& n, const Tensor& g) {
+  TensorList r(2);
+  if (n.Needs(0)) r[0] = sum_to(mul(g, n.Saved(1)), n.shapes[0]);
+  if (n.Needs(1)) r[1] = sum_to(mul(g, n.Saved(0)), n.shapes[1]);
+  return r;
+}
+
+}  // namespace
+
+Tensor mul(const Tensor& input, const Tensor& other) {
+  Promoted p = Promote("mul", "input", input, "other", other);
+  if (p.dtype == DType::kBool) {
+    // bool * bool is logical and.
+    return mul(input.To(DType::kInt64), other.To(DType::kInt64)).To(DType::kBool);
+  }
+  Tensor out = MapSameDType<false>(
+      p.shape, [](auto a, auto b) { return a * b; }, p.input, p.other);
+  if (auto node = Record(out, {p.input, p.other}, "MulBackward0", &MulFormula)) {
+    if (node->Needs(1)) node->saved[0] = SavedVariable(p.input, false);
+    if (node->Needs(0)) node->saved[1] = SavedVariable(p.other, false);
+    node->shapes = {p.input.shape(), p.other.shape()};
+  }
+  return out;
+}
+
+Tensor mul(const Tensor& input, double other) {
+  return AffineScalar("mul", "MulBackward0", input, other, 0);
+}
+
+// --- div ---
+
+namespace {
+
+// saved: 0 input, 1 other.
+TensorList DivFormula(const ElementwiseBackward& n, const Tensor& g) {
+  TensorList r(2);
+  const Tensor other = n.Saved(1);
+  if (n.Needs(0)) r[0] = sum_to(div(g, other), n.shapes[0]);
+  if (n.Needs(1)) {
+    const Tensor input = n.Saved(0);
+    const Shape shape = BroadcastShapesOrThrow("div", g.shape(), other.shape());
+    Tensor d =
+        CanFuse({g, input, other})
+            ? MapSameDType<true>(
+                  shape, [](auto gv, auto a, auto b) { return -gv * a / (b * b); }, g, input, other)
+            : neg(div(mul(g, input), mul(other, other)));
+    r[1] = sum_to(d, n.shapes[1]);
+  }
+  return r;
+}
+
+// scalars[0]: the divisor.
+TensorList DivScalarFormula(const ElementwiseBackward& n, const Tensor& g) {
+  return {div(g, n.scalars[0])};
+}
+
+}  // namespace
+
+Tensor div(const Tensor& input, const Tensor& other) {
+  CheckInput("div", "input", input);
+  CheckInput("div", "other", other);
+  // True division: integers and bools divide as float32 (they carry no gradient).
+  const bool integral = !IsFloating(ResultType({&input, &other}));
+  Promoted p = integral ? Promote("div", "input", AsFloating(input), "other", AsFloating(other))
+                        : Promote("div", "input", input, "other", other);
+  Tensor out = MapSameDType<true>(
+      p.shape, [](auto a, auto b) { return a / b; }, p.input, p.other);
+  if (auto node = Record(out, {p.input, p.other}, "DivBackward0", &DivFormula)) {
+    if (node->Needs(1)) node->saved[0] = SavedVariable(p.input, false);
+    node->saved[1] = SavedVariable(p.other, false);
+    node->shapes = {p.input.shape(), p.other.shape()};
+  }
+  return out;
+}
+
+Tensor div(const Tensor& input, double other) {
+  Tensor x = WithFloatScalar("div", input);
+  Tensor out = MapSameDType<true>(
+      x.shape(), [other](auto v) { return v / static_cast<decltype(v)>(other); }, x);
+  if (auto node = Record(out, {x}, "DivBackward0", &DivScalarFormula)) node->scalars[0] = other;
+  return out;
+}
+
+// --- pow ---
+
+namespace {
+
+// Integer power by squaring; exponent >= 0. Wraps around on overflow as PyTorch's does.
+int64_t IntPow(int64_t base, int64_t exponent) {
+  uint64_t result = 1;
+  uint64_t b = static_cast<uint64_t>(base);
+  for (uint64_t e = static_cast<uint64_t>(exponent); e != 0; e >>= 1) {
+    if (e & 1) result *= b;
+    b *= b;
+  }
+  return static_cast<int64_t>(result);
+}
+
+bool AnyNegative(const Tensor& t) {
+  bool any = false;
+  const int64_t* data = t.data<int64_t>();
+  ForEachRow<1>(
+      t.shape(), {absl::Span<const int64_t>(t.strides())},
+      [&](const std::array<int64_t, 1>& off, const std::array<int64_t, 1>& step, int64_t count) {
+        for (int64_t j = 0; j < count; ++j) any |= data[off[0] + j * step[0]] < 0;
+      });
+  return any;
+}
+
+// saved: 0 input, 1 exponent, 2 result. As PyTorch: no gradient to the input where the
+// exponent is 0, none to the exponent where the input is 0 and the exponent >= 0.
+TensorList PowFormula(const ElementwiseBackward& n, const Tensor& g) {
+  TensorList r(2);
+  const Tensor x = n.Saved(0);
+  const Tensor e = n.Saved(1);
+  if (n.Needs(0)) {
+    Tensor d = CanFuse({g, x, e}) ? MapSameDType<true>(
+                                        g.shape(),
+                                        [](auto gv, auto xv, auto ev) {
+                                          using T = decltype(gv);
+                                          return ev == 0 ? T(0) : gv * ev * std::pow(xv, ev - 1);
+                                        },
+                                        g, x, e)
+                                  : where(Mask(
+                                              g.shape(), [](auto ev) { return ev == 0; }, e),
+                                          ZeroLike0d(g), mul(mul(g, e), pow(x, sub(e, 1.0))));
+    r[0] = sum_to(d, n.shapes[0]);
+  }
+  if (n.Needs(1)) {
+    const Tensor y = n.Saved(2);
+    Tensor d;
+    if (CanFuse({g, x, e, y})) {
+      d = MapSameDType<true>(
+          g.shape(),
+          [](auto gv, auto xv, auto ev, auto yv) {
+            using T = decltype(gv);
+            return xv == 0 && ev >= 0 ? T(0) : gv * yv * std::log(xv);
+          },
+          g, x, e, y);
+    } else {
+      Tensor mask = Mask(
+          g.shape(), [](auto xv, auto ev) { return xv == 0 && ev >= 0; }, x, e);
+      d = mul(g, where(mask, ZeroLike0d(g), mul(y, log(x))));
+    }
+    r[1] = sum_to(d, n.shapes[1]);
+  }
+  return r;
+}
+
+// saved: 0 input; scalars[0]: the exponent.
+TensorList PowScalarFormula(const ElementwiseBackward& n, const Tensor& g) {
+  const double e = n.scalars[0];
+  if (e == 0) return {Tensor::Zeros(g.shape(), g.dtype(), g.device())};
+  const Tensor x = n.Saved(0);
+  if (CanFuse({g, x})) {
+    return {FusedGrad(
+        [e](auto gv, auto xv) {
+          using T = decltype(gv);
+          return gv * static_cast<T>(e) * std::pow(xv, static_cast<T>(e - 1));
+        },
+        g, x)};
+  }
+  return {mul(g, mul(pow(x, e - 1), e))};
+}
+
+}  // namespace
+
+Tensor pow(const Tensor& input, const Tensor& exponent) {
+  RequireNotBool("pow", "input", input);
+  RequireNotBool("pow", "exponent", exponent);
+  Promoted p = Promote("pow", "input", input, "exponent", exponent);
+  if (p.dtype == DType::kInt64) {
+    GS_CHECK_ARG(!AnyNegative(p.other), "pow: integers to negative integer powers are not allowed");
+  }
+  Tensor out = MapSameDType<false>(
+      p.shape,
+      [](auto a, auto b) {
+        if constexpr (std::is_integral_v<decltype(a)>) {
+          return IntPow(a, b);
+        } else {
+          return std::pow(a, b);
+        }
+      },
+      p.input, p.other);
+  if (auto node = Record(out, {p.input, p.other}, "PowBackward1", &PowFormula)) {
+    node->saved[0] = SavedVariable(p.input, false);
+    node->saved[1] = SavedVariable(p.other, false);
+    if (node->Needs(1)) node->saved[2] = SavedVariable(out, true);
+    node->shapes = {p.input.shape(), p.other.shape()};
+  }
+  return out;
+}
+
+Tensor pow(const Tensor& input, double exponent) {
+  RequireNotBool("pow", "input", input);
+  Tensor x = WithFloatScalar("pow", input);
+  Tensor out =
+      exponent == 2
+          ? MapSameDType<true>(
+                x.shape(), [](auto v) { return v * v; }, x)
+          : MapSameDType<true>(
+                x.shape(),
+                [exponent](auto v) { return std::pow(v, static_cast<decltype(v)>(exponent)); }, x);
+  if (auto node = Record(out, {x}, "PowBackward0", &PowScalarFormula)) {
+    node->saved[0] = SavedVariable(x, false);
+    node->scalars[0] = exponent;
+  }
+  return out;
+}
+
+// --- Unary ops ---
+
+namespace {
+
+enum class Save { kNothing, kInput, kResult };
+
+// y = fn(x) elementwise, recording `formula` with the input or the result in saved[0].
+// kFloating: the op is floating by nature (ints and bools compute as float32); otherwise it
+// keeps int64 and refuses bool. Returns the recorded node through *node if asked (ops with
+// parameters set its scalars).
+template <bool kFloating, typename Fn>
+Tensor Unary(const char* op, const char* node_name, Formula formula, Save save, const Tensor& input,
+             Fn&& fn, std::shared_ptr<ElementwiseBackward>* node_out = nullptr) {
+  CheckInput(op, "input", input);
+  if constexpr (!kFloating) RequireNotBool(op, "input", input);
+  const Tensor x = kFloating ? AsFloating(input) : input;
+  Tensor out = MapSameDType<kFloating>(x.shape(), fn, x);
+  if (auto node = Record(out, {x}, node_name, formula)) {
+    if (save == Save::kInput) node->saved[0] = SavedVariable(x, false);
+    if (save == Save::kResult) node->saved[0] = SavedVariable(out, true);
+    if (node_out != nullptr) *node_out = std::move(node);
+  }
+  return out;
+}
+
+TensorList NegFormula(const ElementwiseBackward&, const Tensor& g) { return {neg(g)}; }
+
+// saved[0]: input.
+TensorList AbsFormula(const ElementwiseBackward& n, const Tensor& g) {
+  const Tensor x = n.Saved(0);
+  if (CanFuse({g, x})) {
+    return {FusedGrad(
+        [](auto gv, auto xv) {
+          using T = decltype(gv);
+          return xv > 0 ? gv : (xv < 0 ? -gv : T(0));
+        },
+        g, x)};
+  }
+  Tensor sign = MapSameDType<true>(
+      x.shape(), [](auto v) { return static_cast<int>(v > 0) - static_cast<int>(v < 0); }, x);
+  return {mul(g, sign)};
+}
+
+// saved[0]: result.
+TensorList ExpFormula(const ElementwiseBackward& n, const Tensor& g) {
+  return {mul(g, n.Saved(0))};
+}
+
+// saved[0]: input.
+TensorList LogFormula(const ElementwiseBackward& n, const Tensor& g) {
+  return {div(g, n.Saved(0))};
+}
+
+// saved[0]: result.
+TensorList SqrtFormula(const ElementwiseBackward& n, const Tensor& g) {
+  const Tensor y = n.Saved(0);
+  if (CanFuse({g, y})) return {FusedGrad([](auto gv, auto yv) { return gv / (yv + yv); }, g, y)};
+  return {div(g, mul(y, 2.0))};
+}
+
+// saved[0]: result. d/dx x^(-1/2) = -x^(-3/2) / 2 = -y^3 / 2.
+TensorList RsqrtFormula(const ElementwiseBackward& n, const Tensor& g) {
+  const Tensor y = n.Saved(0);
+  if (CanFuse({g, y})) {
+    return {FusedGrad(
+        [](auto gv, auto yv) {
+          using T = decltype(gv);
+          return T(-0.5) * gv * yv * yv * yv;
+        },
+        g, y)};
+  }
+  return {mul(g, mul(pow(y, 3.0), -0.5))};
+}
+
+// saved[0]: input.
+TensorList SinFormula(const ElementwiseBackward& n, const Tensor& g) {
+  const Tensor x = n.Saved(0);
+  if (CanFuse({g, x})) {
+    return {FusedGrad([](auto gv, auto xv) { return gv * std::cos(xv); }, g, x)};
+  }
+  return {mul(g, cos(x))};
+}
+
+// saved[0]: input.
+TensorList CosFormula(const ElementwiseBackward& n, const Tensor& g) {
+  const Tensor x = n.Saved(0);
+  if (CanFuse({g, x})) {
+    return {FusedGrad([](auto gv, auto xv) { return -gv * std::sin(xv); }, g, x)};
+  }
+  return {mul(g, neg(sin(x)))};
+}
+
+// saved[0]: result.
+TensorList TanhFormula(const ElementwiseBackward& n, const Tensor& g) {
+  const Tensor y = n.Saved(0);
+  if (CanFuse({g, y})) {
+    return {FusedGrad(
+        [](auto gv, auto yv) {
+          using T = decltype(gv);
+          return gv * (T(1) - yv * yv);
+        },
+        g, y)};
+  }
+  return {mul(g, rsub(mul(y, y), 1))};
+}
+
+// saved[0]: result.
+TensorList SigmoidFormula(const ElementwiseBackward& n, const Tensor& g) {
+  const Tensor y = n.Saved(0);
+  if (CanFuse({g, y})) {
+    return {FusedGrad(
+        [](auto gv, auto yv) {
+          using T = decltype(gv);
+          return gv * yv * (T(1) - yv);
+        },
+        g, y)};
+  }
+  return {mul(g, mul(y, rsub(y, 1)))};
+}
+
+// saved[0]: input. d/dx erf(x) = 2 / sqrt(pi) * exp(-x^2).
+TensorList ErfFormula(const ElementwiseBackward& n, const Tensor& g) {
+  const Tensor x = n.Saved(0);
+  if (CanFuse({g, x})) {
+    return {FusedGrad(
+        [](auto gv, auto xv) {
+          using T = decltype(gv);
+          return gv * T(2 / kSqrtPi) * std::exp(-xv * xv);
+        },
+        g, x)};
+  }
+  return {mul(g, mul(exp(mul(mul(x, x), -1.0)), 2 / kSqrtPi))};
+}
+
+// saved[0]: result.
+TensorList ReluFormula(const ElementwiseBackward& n, const Tensor& g) {
+  const Tensor y = n.Saved(0);
+  if (CanFuse({g, y})) {
+    return {FusedGrad(
+        [](auto gv, auto yv) {
+          using T = decltype(gv);
+          return yv > 0 ? gv : T(0);
+        },
+        g, y)};
+  }
+  return {where(Mask(
+                    y.shape(), [](auto v) { return v > 0; }, y),
+                g, ZeroLike0d(g))};
+}
+
+enum GeluApproximation { kGeluNone = 0, kGeluTanh = 1 };
+
+// The derivative of gelu at x.
+template <typename T>
+T GeluDerivative(T x, int approximation) {
+  if (approximation == kGeluTanh) {
+    const T x2 = x * x;
+    const T t = std::tanh(T(kGeluTanhK) * (x + T(kGeluTanhC) * x2 * x));
+    return T(0.5) * (T(1) + t) +
+           T(0.5 * kGeluTanhK) * x * (T(1) - t * t) * (T(1) + T(3 * kGeluTanhC) * x2);
+  }
+  const T cdf = T(0.5) * (T(1) + std::erf(x * T(1 / kSqrt2)));
+  const T pdf = std::exp(T(-0.5) * x * x) * T(1 / kSqrt2Pi);
+  return cdf + x * pdf;
+}
+
+// saved[0]: input; variant: the approximation. The composite form is GeluDerivative written
+// with differentiable ops.
+TensorList GeluFormula(const ElementwiseBackward& n, const Tensor& g) {
+  const Tensor x = n.Saved(0);
+  const int approximation = n.variant;
+  if (CanFuse({g, x})) {
+    return {FusedGrad(
+        [approximation](auto gv, auto xv) { return gv * GeluDerivative(xv, approximation); }, g,
+        x)};
+  }
+  if (approximation == kGeluTanh) {
+    const Tensor x2 = mul(x, x);
+    const Tensor t = tanh(mul(add(x, mul(mul(x2, x), kGeluTanhC)), kGeluTanhK));
+    const Tensor left = mul(add(t, 1.0), 0.5);
+    const Tensor right =
+        mul(mul(mul(x, rsub(mul(t, t), 1)), add(mul(x2, 3 * kGeluTanhC), 1.0)), 0.5 * kGeluTanhK);
+    return {mul(g, add(left, right))};
+  }
+  const Tensor cdf = mul(add(erf(mul(x, 1 / kSqrt2)), 1.0), 0.5);
+  const Tensor pdf = mul(exp(mul(mul(x, x), -0.5)), 1 / kSqrt2Pi);
+  return {mul(g, add(cdf, mul(x, pdf)))};
+}
+
+// saved[0]: input; scalars: beta, threshold.
+TensorList SoftplusFormula(const ElementwiseBackward& n, const Tensor& g) {
+  const Tensor x = n.Saved(0);
+  const double beta = n.scalars[0];
+  const double threshold = n.scalars[1];
+  if (CanFuse({g, x})) {
+    return {FusedGrad(
+        [beta, threshold](auto gv, auto xv) {
+          using T = decltype(gv);
+          const T bx = xv * static_cast<T>(beta);
+          return bx > static_cast<T>(threshold) ? gv : gv / (T(1) + std::exp(-bx));
+        },
+        g, x)};
+  }
+  const Tensor linear = Mask(
+      x.shape(),
+      [beta, threshold](auto v) {
+        using T = decltype(v);
+        return v * static_cast<T>(beta) > static_cast<T>(threshold);
+      },
+      x);
+  return {where(linear, g, mul(g, sigmoid(mul(x, beta))))};
+}
+
+// saved[0]: input; scalars: min, max (-inf / inf when not given).
+TensorList ClampFormula(const ElementwiseBackward& n, const Tensor& g) {
+  const Tensor x = n.Saved(0);
+  const double lo = n.scalars[0];
+  const double hi = n.scalars[1];
+  if (CanFuse({g, x})) {
+    return {FusedGrad(
+        [lo, hi](auto gv, auto xv) {
+          using T = decltype(gv);
+          return xv >= static_cast<T>(lo) && xv <= static_cast<T>(hi) ? gv : T(0);
+        },
+        g, x)};
+  }
+  const Tensor inside = Mask(
+      x.shape(),
+      [lo, hi](auto v) {
+        using T = decltype(v);
+        return v >= static_cast<T>(lo) && v <= static_cast<T>(hi);
+      },
+      x);
+  return {where(inside, g, ZeroLike0d(g))};
+}
+
+}  // namespace
+
+Tensor neg(const Tensor& input) {
+  return Unary<false>("neg", "NegBackward0", &NegFormula, Save::kNothing, input,
+                      [](auto v) { return -v; });
+}
+
+Tensor abs(const Tensor& input) {
+  return Unary<false>("abs", "AbsBackward0", &AbsFormula, Save::kInput, input,
+                      [](auto v) { return v < 0 ? -v : v; });
+}
+
+Tensor exp(const Tensor& input) {
+  return Unary<true>("exp", "ExpBackward0", &ExpFormula, Save::kResult, input,
+                     [](auto v) { return std::exp(v); });
+}
+
+Tensor log(const Tensor& input) {
+  return Unary<true>("log", "LogBackward0", &LogFormula, Save::kInput, input,
+                     [](auto v) { return std::log(v); });
+}
+
+Tensor sqrt(const Tensor& input) {
+  return Unary<true>("sqrt", "SqrtBackward0", &SqrtFormula, Save::kResult, input,
+                     [](auto v) { return std::sqrt(v); });
+}
+
+Tensor rsqrt(const Tensor& input) {
+  return Unary<true>("rsqrt", "RsqrtBackward0", &RsqrtFormula, Save::kResult, input,
+                     [](auto v) { return decltype(v)(1) / std::sqrt(v); });
+}
+
+Tensor sin(const Tensor& input) {
+  return Unary<true>("sin", "SinBackward0", &SinFormula, Save::kInput, input,
+                     [](auto v) { return std::sin(v); });
+}
+
+Tensor cos(const Tensor& input) {
+  return Unary<true>("cos", "CosBackward0", &CosFormula, Save::kInput, input,
+                     [](auto v) { return std::cos(v); });
+}
+
+Tensor tanh(const Tensor& input) {
+  return Unary<true>("tanh", "TanhBackward0", &TanhFormula, Save::kResult, input,
+                     [](auto v) { return std::tanh(v); });
+}
+
+Tensor sigmoid(const Tensor& input) {
+  return Unary<true>("sigmoid", "SigmoidBackward0", &SigmoidFormula, Save::kResult, input,
+                     [](auto v) { return decltype(v)(1) / (decltype(v)(1) + std::exp(-v)); });
+}
+
+Tensor erf(const Tensor& input) {
+  return Unary<true>("erf", "ErfBackward0", &ErfFormula, Save::kInput, input,
+                     [](auto v) { return std::erf(v); });
+}
+
+Tensor relu(const Tensor& input) {
+  // `v < 0 ? 0 : v` keeps NaN, as PyTorch's relu does.
+  return Unary<false>("relu", "ReluBackward0", &ReluFormula, Save::kResult, input,
+                      [](auto v) { return v < 0 ? decltype(v)(0) : v; });
+}
+
+Tensor gelu(const Tensor& input, absl::string_view approximate) {
+  GS_CHECK_ARG(approximate == "none" || approximate == "tanh",
+               "gelu: approximate must be 'none' or 'tanh', got '", approximate, "'");
+  const int approximation = approximate == "tanh" ? kGeluTanh : kGeluNone;
+  std::shared_ptr<ElementwiseBackward> node;
+  Tensor out;
+  if (approximation == kGeluTanh) {
+    out = Unary<true>(
+        "gelu", "GeluBackward0", &GeluFormula, Save::kInput, input,
+        [](auto v) {
+          using T = decltype(v);
+          return T(0.5) * v * (T(1) + std::tanh(T(kGeluTanhK) * (v + T(kGeluTanhC) * v * v * v)));
+        },
+        &node);
+  } else {
+    out = Unary<true>(
+        "gelu", "GeluBackward0", &GeluFormula, Save::kInput, input,
+        [](auto v) {
+          using T = decltype(v);
+          return T(0.5) * v * (T(1) + std::erf(v * T(1 / kSqrt2)));
+        },
+        &node);
+  }
+  if (node) node->variant = approximation;
+  return out;
+}
+
+Tensor softplus(const Tensor& input, double beta, double threshold) {
+  std::shared_ptr<ElementwiseBackward> node;
+  Tensor out = Unary<true>(
+      "softplus", "SoftplusBackward0", &SoftplusFormula, Save::kInput, input,
+      [beta, threshold](auto v) {
+        using T = decltype(v);
+        const T bx = v * static_cast<T>(beta);
+        return bx > static_cast<T>(threshold) ? v : std::log1p(std::exp(bx)) / static_cast<T>(beta);
+      },
+      &node);
+  if (node) node->scalars = {beta, threshold};
+  return out;
+}
+
+Tensor clamp(const Tensor& input, std::optional<double> min, std::optional<double> max,
+             bool integral_bounds) {
+  GS_CHECK_ARG(min.has_value() || max.has_value(),
+               "clamp: at least one of min and max must be given");
+  CheckInput("clamp", "input", input);
+  RequireNotBool("clamp", "input", input);
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const double lo = min.value_or(-kInf);
+  const double hi = max.value_or(kInf);
+  if (input.dtype() == DType::kInt64 && integral_bounds) {
+    const int64_t ilo = min ? static_cast<int64_t>(*min) : std::numeric_limits<int64_t>::min();
+    const int64_t ihi = max ? static_cast<int64_t>(*max) : std::numeric_limits<int64_t>::max();
+    return MapSameDType<false>(
+        input.shape(), [ilo, ihi](int64_t v) { return std::min(std::max(v, ilo), ihi); }, input);
+  }
+  std::shared_ptr<ElementwiseBackward> node;
+  Tensor out = Unary<true>(
+      "clamp", "ClampBackward1", &ClampFormula, Save::kInput, input,
+      [lo, hi](auto v) {
+        using T = decltype(v);
+        // Applying max last makes min > max give max everywhere, as in PyTorch; NaN stays.
+        const T low = v < static_cast<T>(lo) ? static_cast<T>(lo) : v;
+        return low > static_cast<T>(hi) ? static_cast<T>(hi) : low;
+      },
+      &node);
+  if (node) node->scalars = {lo, hi};
+  return out;
+}
+
+// --- where ---
+
+namespace {
+
+// saved[0]: condition; shapes: input, other.
+TensorList WhereFormula(const ElementwiseBackward& n, const Tensor& g) {
+  TensorList r(3);
+  const Tensor condition = n.Saved(0);
+  const Tensor zero = ZeroLike0d(g);
+  if (n.Needs(1)) r[1] = sum_to(where(condition, g, zero), n.shapes[0]);
+  if (n.Needs(2)) r[2] = sum_to(where(condition, zero, g), n.shapes[1]);
+  return r;
+}
+
+}  // namespace
+
+Tensor where(const Tensor& condition, const Tensor& input, const Tensor& other) {
+  CheckInput("where", "condition", condition);
+  GS_CHECK_ARG(condition.dtype() == DType::kBool, "where: condition must be bool, got ",
+               DTypeName(condition.dtype()));
+  RequireSameDevice("where", "condition", condition, "input", input);
+  Promoted p = Promote("where", "input", input, "other", other);
+  const Shape shape = BroadcastShapesOrThrow("where", condition.shape(), p.shape);
+  Tensor out = Tensor::Empty(shape, p.dtype, p.input.device());
+  DispatchDType(p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    MapKernel<T, bool, T, T>(
+        out, [](bool c, T a, T b) { return c ? a : b; }, condition, p.input, p.other);
+  });
+  if (auto node = Record(out, {condition, p.input, p.other}, "WhereBackward0", &WhereFormula)) {
+    node->saved[0] = SavedVariable(condition, false);
+    node->shapes = {p.input.shape(), p.other.shape()};
+  }
+  return out;
+}
+
+// --- to ---
+
+namespace {
+
+// variant: the input's dtype.
+TensorList ToFormula(const ElementwiseBackward& n, const Tensor& g) {
+  return {to(g, static_cast<DType>(n.variant))};
+}
+
+}  // namespace
+
+Tensor to(const Tensor& input, DType dtype) {
+  RequireDefined("to", "input", input);
+  if (input.dtype() == dtype) return input;
+  Tensor out = input.To(dtype);
+  if (IsFloating(dtype)) {
+    if (auto node = Record(out, {input}, "ToCopyBackward0", &ToFormula)) {
+      node->variant = static_cast<int>(input.dtype());
+    }
+  }
+  return out;
+}
+
+// --- Registration ---
+
+namespace {
+
+bool HasInput(const TensorList& inputs, size_t i) {
+  return inputs.size() > i && inputs[i].defined();
+}
+
+// True if attribute `name` was given as an int.
+bool IsIntAttr(const Attrs& attrs, const std::string& name) {
+  auto it = attrs.values().find(name);
+  return it != attrs.values().end() && TypeOf(it->second) == AttrType::kInt;
+}
+
+// Runs a binary op whose second operand `arg` is either inputs[1] or, when that is left out, a
+// scalar attribute of the same name. An int scalar with an integer or bool input takes part as a
+// 0-d int64 tensor, so the result stays integral, as PyTorch's int scalars do.
+template <typename TensorFn, typename ScalarFn>
+TensorList RunWithOperand(const char* op, const std::string& arg, const TensorList& inputs,
+                          const Attrs& attrs, TensorFn&& with_tensor, ScalarFn&& with_scalar) {
+  if (HasInput(inputs, 1)) {
+    GS_CHECK_ARG(!attrs.has(arg), op, ": give ", arg,
+                 " either as an input tensor or as an attribute, not both");
+    return {with_tensor(inputs[1])};
+  }
+  GS_CHECK_ARG(attrs.has(arg), op, ": ", arg,
+               " is missing: give it as an input tensor or as a scalar attribute");
+  const double value = attrs.GetFloat(arg);
+  if (IsIntAttr(attrs, arg) && inputs[0].defined() && !IsFloating(inputs[0].dtype())) {
+    return {with_tensor(Tensor::Scalar(value, DType::kInt64, inputs[0].device()))};
+  }
+  return {with_scalar(value)};
+}
+
+const std::vector<DType> kFloatingDTypes = {DType::kFloat32, DType::kFloat64};
+const std::vector<DType> kNumericDTypes = {DType::kFloat32, DType::kFloat64, DType::kInt64};
+const std::vector<DType> kAllDTypes = {DType::kFloat32, DType::kFloat64, DType::kInt64,
+                                       DType::kBool};
+
+OpSchema MakeSchema(std::string name, std::string doc, std::vector<std::string> inputs,
+                    std::vector<AttrSpec> attrs, std::vector<DType> dtypes,
+                    decltype(OpSchema::run) run, int optional_inputs = 0) {
+  OpSchema schema;
+  schema.name = std::move(name);
+  schema.doc = std::move(doc);
+  schema.input_names = std::move(inputs);
+  schema.optional_inputs = optional_inputs;
+  schema.attrs = std::move(attrs);
+  schema.dtypes = std::move(dtypes);
+  schema.run = std::move(run);
+  return schema;
+}
+
+AttrSpec ScalarOperandAttr(const std::string& name) {
+  return {name, AttrType::kFloat, false,
+          "scalar " + name + ", used when the input " + name +
+              " is left out (an int keeps integer tensors integral)"};
+}
+
+void RegisterArithmetic(OpRegistry& registry) {
+  const AttrSpec alpha{"alpha", AttrType::kFloat, false, "multiplier of other (default 1)"};
+  registry.Add(MakeSchema(
+      "add", "input + alpha * other, broadcasting", {"input", "other"},
+      {ScalarOperandAttr("other"), alpha}, kAllDTypes,
+      [](const TensorList& in, const Attrs& attrs) {
+        const double a = attrs.GetFloat("alpha", 1);
+        return RunWithOperand(
+            "add", "other", in, attrs, [&](const Tensor& o) { return add(in[0], o, a); },
+            [&](double o) { return add(in[0], o, a); });
+      },
+      1));
+  registry.Add(MakeSchema(
+      "sub", "input - alpha * other, broadcasting", {"input", "other"},
+      {ScalarOperandAttr("other"), alpha}, kNumericDTypes,
+      [](const TensorList& in, const Attrs& attrs) {
+        const double a = attrs.GetFloat("alpha", 1);
+        return RunWithOperand(
+            "sub", "other", in, attrs, [&](const Tensor& o) { return sub(in[0], o, a); },
+            [&](double o) { return sub(in[0], o, a); });
+      },
+      1));
+  registry.Add(MakeSchema(
+      "mul", "input * other, broadcasting", {"input", "other"}, {ScalarOperandAttr("other")},
+      kAllDTypes,
+      [](const TensorList& in, const Attrs& attrs) {
+        return RunWithOperand(
+            "mul", "other", in, attrs, [&](const Tensor& o) { return mul(in[0], o); },
+            [&](double o) { return mul(in[0], o); });
+      },
+      1));
+  registry.Add(MakeSchema(
+      "div", "input / other (true division), broadcasting", {"input", "other"},
+      {ScalarOperandAttr("other")}, kAllDTypes,
+      [](const TensorList& in, const Attrs& attrs) {
+        return RunWithOperand(
+            "div", "other", in, attrs, [&](const Tensor& o) { return div(in[0], o); },
+            [&](double o) { return div(in[0], o); });
+      },
+      1));
+  registry.Add(MakeSchema(
+      "pow", "input ** exponent, broadcasting", {"input", "exponent"},
+      {ScalarOperandAttr("exponent")}, kNumericDTypes,
+      [](const TensorList& in, const Attrs& attrs) {
+        return RunWithOperand(
+            "pow", "exponent", in, attrs, [&](const Tensor& e) { return pow(in[0], e); },
+            [&](double e) { return pow(in[0], e); });
+      },
+      1));
+}
+
+void RegisterUnary(OpRegistry& registry) {
+  struct Entry {
+    const char* name;
+    const char* doc;
+    Tensor (*fn)(const Tensor&);
+    bool numeric;  // keeps int64 (otherwise floating by nature: ints compute as float32)
+  };
+  const Entry entries[] = {
+      {"neg", "-input", &neg, true},
+      {"abs", "|input|", &abs, true},
+      {"exp", "e ** input", &exp, false},
+      {"log", "natural logarithm", &log, false},
+      {"sqrt", "square root", &sqrt, false},
+      {"rsqrt", "1 / sqrt(input)", &rsqrt, false},
+      {"sin", "sine", &sin, false},
+      {"cos", "cosine", &cos, false},
+      {"tanh", "hyperbolic tangent", &tanh, false},
+      {"sigmoid", "1 / (1 + exp(-input))", &sigmoid, false},
+      {"relu", "max(input, 0)", &relu, true},
+  };
+  for (const Entry& e : entries) {
+    Tensor (*fn)(const Tensor&) = e.fn;
+    registry.Add(
+        MakeSchema(e.name, e.doc, {"input"}, {}, e.numeric ? kNumericDTypes : kAllDTypes,
+                   [fn](const TensorList& in, const Attrs&) { return TensorList{fn(in[0])}; }));
+  }
+  registry.Add(MakeSchema("gelu", "input * Phi(input), the Gaussian error linear unit", {"input"},
+                          {{"approximate", AttrType::kString, false, "'none' (default) or 'tanh'"}},
+                          kAllDTypes, [](const TensorList& in, const Attrs& attrs) {
+                            return TensorList{gelu(in[0], attrs.GetString("approximate", "none"))};
+                          }));
+  registry.Add(MakeSchema("softplus",
+                          "log(1 + exp(beta * input)) / beta; input where beta * input > threshold",
+                          {"input"},
+                          {{"beta", AttrType::kFloat, false, "default 1"},
+                           {"threshold", AttrType::kFloat, false, "default 20"}},
+                          kAllDTypes, [](const TensorList& in, const Attrs& attrs) {
+                            return TensorList{softplus(in[0], attrs.GetFloat("beta", 1),
+                                                       attrs.GetFloat("threshold", 20))};
+                          }));
+  registry.Add(MakeSchema("clamp", "min(max(input, min), max); at least one bound", {"input"},
+                          {{"min", AttrType::kFloat, false, "lower bound (default none)"},
+                           {"max", AttrType::kFloat, false, "upper bound (default none)"}},
+                          kNumericDTypes, [](const TensorList& in, const Attrs& attrs) {
+                            const bool integral = (!attrs.has("min") || IsIntAttr(attrs, "min")) &&
+                                                  (!attrs.has("max") || IsIntAttr(attrs, "max"));
+                            return TensorList{clamp(in[0], attrs.GetOptionalFloat("min"),
+                                                    attrs.GetOptionalFloat("max"), integral)};
+                          }));
+  registry.Add(MakeSchema(
+      "where", "condition ? input : other, broadcasting; condition is bool",
+      {"condition", "input", "other"}, {}, kAllDTypes,
+      [](const TensorList& in, const Attrs&) { return TensorList{where(in[0], in[1], in[2])}; }));
+}
+
+}  // namespace
+
+void RegisterElementwiseOps(OpRegistry& registry) {
+  RegisterArithmetic(registry);
+  RegisterUnary(registry);
+}
+
+}  // namespace gradserve::ops

@@ -1,0 +1,88 @@
+// Elementwise ops with PyTorch's names, argument names, dtype rules and broadcasting.
+//
+// Dtypes: float32 and float64 are differentiable. Binary ops promote their operands as
+// PyTorch's result_type does (ResultType in op_kernels.h): float32 with float64 gives float64,
+// except that a dimensioned tensor wins over a 0-d tensor of the same category (float32[3] with
+// float64[] gives float32). The promotion is itself a differentiable cast (`to`), so each input's
+// gradient comes back in its own dtype. int64 computes in int64 where PyTorch does (add, sub,
+// mul, neg, abs, relu, clamp with integral bounds, pow with an int64 exponent, where); ops that
+// are floating by nature (div, exp, log, ..., and any op with a float scalar) turn int64 and bool
+// into float32. bool is accepted by add and mul (logical or / and, as in PyTorch), by where and
+// by the floating ops; other arithmetic refuses it, as PyTorch does.
+//
+// Autograd: each op records its backward Node (PyTorch's names: MulBackward0, TanhBackward0, ...)
+// when grad mode is on and an input requires grad. The backward formulas are written with these
+// same ops, so with create_graph they record too and can be differentiated again. Without
+// create_graph (grad mode off in the backward) the formulas with more than one step run as one
+// fused loop instead.
+//
+// Errors: StatusError(INVALID_ARGUMENT) whose message names the op, the argument and the shapes
+// or dtypes, e.g. "mul: shapes [2, 3] and [4] cannot be broadcast".
+// Thread safety: stateless; concurrent calls are safe, also on the same inputs.
+
+#ifndef GRADSERVE_ENGINE_OPS_ELEMENTWISE_H_
+#define GRADSERVE_ENGINE_OPS_ELEMENTWISE_H_
+
+#include <optional>
+
+#include "absl/strings/string_view.h"
+#include "engine/tensor/tensor.h"
+
+namespace gradserve::ops {
+
+// --- Binary arithmetic. The double overloads take `other` as a Python float scalar. ---
+
+// input + alpha * other. AddBackward0 (AddBackward1 for a scalar other).
+Tensor add(const Tensor& input, const Tensor& other, double alpha = 1);
+Tensor add(const Tensor& input, double other, double alpha = 1);
+// input - alpha * other. SubBackward0 (SubBackward1). bool operands are refused.
+Tensor sub(const Tensor& input, const Tensor& other, double alpha = 1);
+Tensor sub(const Tensor& input, double other, double alpha = 1);
+// other - alpha * input (torch.rsub). RsubBackward1.
+Tensor rsub(const Tensor& input, double other, double alpha = 1);
+// input * other. MulBackward0.
+Tensor mul(const Tensor& input, const Tensor& other);
+Tensor mul(const Tensor& input, double other);
+// input / other, true division (integers divide as float32). DivBackward0 (DivBackward1).
+Tensor div(const Tensor& input, const Tensor& other);
+Tensor div(const Tensor& input, double other);
+// input ** exponent. PowBackward1 (tensor exponent) / PowBackward0 (scalar exponent). int64
+// with an int64 exponent stays int64 (a negative exponent is then an error, as in PyTorch).
+Tensor pow(const Tensor& input, const Tensor& exponent);
+Tensor pow(const Tensor& input, double exponent);
+
+// --- Unary. ---
+
+Tensor neg(const Tensor& input);      // NegBackward0; not bool.
+Tensor abs(const Tensor& input);      // AbsBackward0; not bool. Gradient 0 at 0, as PyTorch's.
+Tensor exp(const Tensor& input);      // ExpBackward0
+Tensor log(const Tensor& input);      // LogBackward0
+Tensor sqrt(const Tensor& input);     // SqrtBackward0
+Tensor rsqrt(const Tensor& input);    // RsqrtBackward0
+Tensor sin(const Tensor& input);      // SinBackward0
+Tensor cos(const Tensor& input);      // CosBackward0
+Tensor tanh(const Tensor& input);     // TanhBackward0
+Tensor sigmoid(const Tensor& input);  // SigmoidBackward0
+Tensor erf(const Tensor& input);      // ErfBackward0 (a building block of gelu's backward)
+// max(input, 0); int64 stays int64. ReluBackward0; not bool.
+Tensor relu(const Tensor& input);
+// x * Phi(x) with approximate "none", or the tanh approximation with "tanh". GeluBackward0.
+Tensor gelu(const Tensor& input, absl::string_view approximate = "none");
+// log(1 + exp(beta * x)) / beta, or x itself where beta * x > threshold. SoftplusBackward0.
+Tensor softplus(const Tensor& input, double beta = 1, double threshold = 20);
+// min(max(input, min), max); at least one bound must be given. int64 input with integral
+// bounds stays int64 when `integral_bounds` (the bounds were ints); otherwise float rules apply.
+// ClampBackward1. The gradient flows where min <= input <= max.
+Tensor clamp(const Tensor& input, std::optional<double> min, std::optional<double> max,
+             bool integral_bounds = false);
+
+// condition ? input : other, broadcasting all three; condition must be bool. WhereBackward0.
+Tensor where(const Tensor& condition, const Tensor& input, const Tensor& other);
+
+// input converted to dtype (Tensor.to(dtype)); input itself if it already has it. Differentiable
+// between floating dtypes: ToCopyBackward0 converts the gradient back.
+Tensor to(const Tensor& input, DType dtype);
+
+}  // namespace gradserve::ops
+
+#endif  // GRADSERVE_ENGINE_OPS_ELEMENTWISE_H_

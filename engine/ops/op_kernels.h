@@ -1,0 +1,255 @@
+// The machinery shared by the op implementations in elementwise.cc, reductions.cc, linalg.cc
+// and broadcast.cc: PyTorch's dtype promotion, argument checks, the one strided walk over
+// several operands, the elementwise map and reduce kernels built on it, and autograd recording.
+//
+// Errors: the checks throw StatusError(INVALID_ARGUMENT) whose message starts with the op's name
+// and names the argument and shapes (Note [Errors inside the engine]); an invariant only a bug
+// can break throws INTERNAL.
+// Thread safety: stateless; every function is safe to call from any thread at once. The kernels
+// write only into the output tensor they are given, which the caller owns.
+//
+// Note [Elementwise kernels]
+// Every elementwise op runs MapKernel: a tight loop over contiguous memory when no operand is
+// broadcast (the common case, and the only one for the one-element tensors of the chain_10k
+// benchmark), otherwise ForEachRow's walk, which first merges dimensions that are contiguous for
+// every operand and then runs the innermost row as a loop with per-operand steps (0 for a
+// broadcast operand). The kernels are templates over the element types, so the functor inlines:
+// no per-element indirect call. Reductions (ReduceKernel) use the same walk over the input, with
+// the accumulator's strides 0 along the reduced dimensions.
+
+#ifndef GRADSERVE_ENGINE_OPS_OP_KERNELS_H_
+#define GRADSERVE_ENGINE_OPS_OP_KERNELS_H_
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/types/span.h"
+#include "engine/autograd/node.h"
+#include "engine/autograd/variable.h"
+#include "engine/tensor/tensor.h"
+
+namespace gradserve::ops {
+
+// --- Dtype promotion ---
+
+// What kind of Python-like scalar takes part in an op (a "wrapped number" in PyTorch).
+enum class ScalarKind { kNone, kBool, kInt, kFloat };
+
+// PyTorch's promote_types for the four dtypes: bool < int64 < float32 < float64.
+DType PromoteTypes(DType a, DType b);
+
+// PyTorch's result_type: dimensioned tensors decide unless a 0-d tensor, and then a scalar, is
+// of a higher category (bool < integer < floating); a float scalar counts as float32, PyTorch's
+// default dtype. E.g. float32[3] and float64[] give float32; int64[3] and a float scalar give
+// float32; float32[] and float64[] give float64. Undefined tensors are skipped.
+DType ResultType(std::initializer_list<const Tensor*> tensors,
+                 ScalarKind scalar = ScalarKind::kNone);
+
+// --- Argument checks (each throws INVALID_ARGUMENT whose message starts with op) ---
+
+void RequireDefined(const char* op, const char* arg, const Tensor& t);
+// A floating dtype (float32, float64): "op: input must be float32 or float64, got int64".
+void RequireFloating(const char* op, const char* arg, const Tensor& t);
+// Not bool, for arithmetic PyTorch refuses on bool tensors (sub, neg, ...).
+void RequireNotBool(const char* op, const char* arg, const Tensor& t);
+// Memory the CPU kernels can read (INTERNAL otherwise: no device here lacks host memory yet).
+void RequireHostMemory(const char* op, const Tensor& t);
+// Both on one device.
+void RequireSameDevice(const char* op, const char* arg_a, const Tensor& a, const char* arg_b,
+                       const Tensor& b);
+// The broadcast shape of a and b, or "op: shapes [2, 3] and [4] cannot be broadcast".
+Shape BroadcastShapesOrThrow(const char* op, absl::Span<const int64_t> a,
+                             absl::Span<const int64_t> b);
+
+// --- Dispatch ---
+
+// As DispatchDType for float32, float64 and int64; bool is the caller's to have refused first
+// (INTERNAL here).
+template <typename Fn>
+decltype(auto) DispatchNumeric(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return fn(float{});
+    case DType::kFloat64:
+      return fn(double{});
+    case DType::kInt64:
+      break;
+    case DType::kBool:
+      GS_CHECK_INTERNAL(false, "bool reached a numeric kernel");
+  }
+  return fn(int64_t{});
+}
+
+// --- The strided walk ---
+
+// Strides that read a tensor of shape `from` as if broadcast to `to` (0 along broadcast and new
+// leading dims). `from` must broadcast to `to`.
+Strides BroadcastStrides(absl::Span<const int64_t> from_shape,
+                         absl::Span<const int64_t> from_strides, absl::Span<const int64_t> to);
+
+// Walks `shape` row by row for N operands with the given strides (in elements), calling
+//   fn(const std::array<int64_t, N>& offsets, const std::array<int64_t, N>& steps, int64_t count)
+// for each row: element j of the row is at offsets[k] + j * steps[k] in operand k. Dimensions
+// of size 1 are dropped and neighbours that are contiguous for every operand are merged first,
+// so a contiguous or simply broadcast tensor is walked in few, long rows. Nothing is called for
+// an empty shape; a 0-d shape is one row of one element.
+template <size_t N, typename Fn>
+void ForEachRow(absl::Span<const int64_t> shape,
+                const std::array<absl::Span<const int64_t>, N>& strides, Fn&& fn) {
+  using Dims = absl::InlinedVector<int64_t, 6>;
+  Dims sizes;
+  std::array<Dims, N> steps;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) return;
+    if (shape[d] == 1) continue;
+    bool merge = !sizes.empty();
+    for (size_t k = 0; k < N && merge; ++k) {
+      merge = steps[k].back() == strides[k][d] * shape[d];
+    }
+    if (merge) {
+      sizes.back() *= shape[d];
+      for (size_t k = 0; k < N; ++k) steps[k].back() = strides[k][d];
+    } else {
+      sizes.push_back(shape[d]);
+      for (size_t k = 0; k < N; ++k) steps[k].push_back(strides[k][d]);
+    }
+  }
+  std::array<int64_t, N> offsets{};
+  std::array<int64_t, N> inner{};
+  if (sizes.empty()) {
+    fn(offsets, inner, int64_t{1});
+    return;
+  }
+  const int64_t rank = static_cast<int64_t>(sizes.size());
+  const int64_t count = sizes[rank - 1];
+  for (size_t k = 0; k < N; ++k) inner[k] = steps[k][rank - 1];
+  Dims index(rank, 0);
+  while (true) {
+    fn(offsets, inner, count);
+    int64_t d = rank - 2;
+    for (; d >= 0; --d) {
+      if (++index[d] < sizes[d]) {
+        for (size_t k = 0; k < N; ++k) offsets[k] += steps[k][d];
+        break;
+      }
+      for (size_t k = 0; k < N; ++k) offsets[k] -= steps[k][d] * (sizes[d] - 1);
+      index[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+// --- Elementwise map ---
+
+namespace internal {
+template <typename>
+using TensorRef = const Tensor&;
+
+template <typename OutT, typename... InTs, typename Fn, size_t... I>
+void MapKernelImpl(const Tensor& out, Fn& fn, std::index_sequence<I...>, TensorRef<InTs>... ins) {
+  OutT* const o = out.data<OutT>();
+  const std::tuple<const InTs*...> in{ins.template data<InTs>()...};
+  const int64_t n = out.numel();
+  if (((ins.numel() == n && ins.is_contiguous()) && ...)) {
+    for (int64_t i = 0; i < n; ++i) o[i] = fn(std::get<I>(in)[i]...);
+    return;
+  }
+  constexpr size_t N = 1 + sizeof...(InTs);
+  const std::array<Strides, N - 1> bs{BroadcastStrides(ins.shape(), ins.strides(), out.shape())...};
+  const std::array<absl::Span<const int64_t>, N> spans{absl::Span<const int64_t>(out.strides()),
+                                                       absl::Span<const int64_t>(bs[I])...};
+  ForEachRow<N>(
+      out.shape(), spans,
+      [&](const std::array<int64_t, N>& off, const std::array<int64_t, N>& step, int64_t count) {
+        OutT* const row = o + off[0];
+        const std::tuple<const InTs*...> rows{std::get<I>(in) + off[I + 1]...};
+        if (step[0] == 1 && ((step[I + 1] == 1) && ...)) {
+          for (int64_t j = 0; j < count; ++j) row[j] = fn(std::get<I>(rows)[j]...);
+        } else {
+          for (int64_t j = 0; j < count; ++j) {
+            row[j * step[0]] = fn(std::get<I>(rows)[j * step[I + 1]]...);
+          }
+        }
+      });
+}
+}  // namespace internal
+
+// out[i] = fn(ins[i]...) for every element of out, where each input (of C++ element type InTs,
+// matching its dtype) broadcasts to out's shape. out must be freshly allocated (contiguous) and
+// all tensors in host memory. See Note [Elementwise kernels].
+template <typename OutT, typename... InTs, typename Fn>
+void MapKernel(const Tensor& out, Fn&& fn, internal::TensorRef<InTs>... ins) {
+  internal::MapKernelImpl<OutT, InTs...>(out, fn, std::index_sequence_for<InTs...>{}, ins...);
+}
+
+// --- Reduction ---
+
+// Strides of a contiguous tensor of shape input_shape with the reduced dims set to size 1, and
+// then stride 0 along those dims: where each input element's accumulator lives in a contiguous
+// output, whether the output keeps the reduced dims (as 1) or drops them.
+Strides ReducedOutputStrides(absl::Span<const int64_t> input_shape, absl::Span<const bool> reduced);
+
+// For each element of the contiguous out: acc = init, then acc = combine(acc, x) over the input
+// elements that reduce into it (`reduced` marks the reduced dims of input), then
+// out = finalize(acc). T is the input's element type, OutT the output's; AccT the
+// accumulator's (double for float32 sums, which keeps them accurate).
+template <typename T, typename AccT, typename OutT, typename Combine, typename Finalize>
+void ReduceKernel(const Tensor& input, absl::Span<const bool> reduced, const Tensor& out, AccT init,
+                  Combine&& combine, Finalize&& finalize) {
+  const int64_t n_out = out.numel();
+  OutT* const o = out.data<OutT>();
+  // Accumulate in out itself when it has the accumulator's type.
+  std::vector<AccT> buffer;
+  AccT* a;
+  if constexpr (std::is_same_v<AccT, OutT>) {
+    a = o;
+  } else {
+    buffer.resize(static_cast<size_t>(n_out));
+    a = buffer.data();
+  }
+  for (int64_t i = 0; i < n_out; ++i) a[i] = init;
+  const Strides acc_strides = ReducedOutputStrides(input.shape(), reduced);
+  const T* const in = input.data<T>();
+  ForEachRow<2>(
+      input.shape(), {absl::Span<const int64_t>(acc_strides), input.strides()},
+      [&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& step, int64_t count) {
+        const T* const row = in + off[1];
+        if (step[0] == 0) {
+          AccT r = a[off[0]];
+          for (int64_t j = 0; j < count; ++j) r = combine(r, row[j * step[1]]);
+          a[off[0]] = r;
+        } else {
+          for (int64_t j = 0; j < count; ++j) {
+            AccT& r = a[off[0] + j * step[0]];
+            r = combine(r, row[j * step[1]]);
+          }
+        }
+      });
+  for (int64_t i = 0; i < n_out; ++i) o[i] = finalize(a[i]);
+}
+
+// --- Autograd recording ---
+
+// If grad mode is on and any input requires grad: makes NodeT(args...), gives it edges to
+// inputs (undefined or no-grad inputs get invalid edges), makes it out's grad_fn and returns it,
+// so the caller can then save what its backward needs (an output is saved after this call, with
+// SavedVariable(out, /*is_output=*/true)). Otherwise returns null and makes nothing.
+template <typename NodeT, typename... Args>
+std::shared_ptr<NodeT> RecordOp(Tensor& out, std::initializer_list<Tensor> inputs, Args&&... args) {
+  if (!autograd::ShouldRecord(inputs)) return nullptr;
+  std::shared_ptr<NodeT> node = autograd::MakeNode<NodeT>(std::forward<Args>(args)...);
+  node->set_next_edges(autograd::CollectNextEdges(inputs));
+  autograd::SetHistory(out, node);
+  return node;
+}
+
+}  // namespace gradserve::ops
+
+#endif  // GRADSERVE_ENGINE_OPS_OP_KERNELS_H_
