@@ -1,0 +1,40 @@
+# Shared set-up for scripts/serve and scripts/test: source it, do not run it.
+#
+# gradserve_install_packages  installs the Debian packages gradserve needs that are missing
+#                             (as root with apt-get; otherwise prints the command, returns 1).
+# gradserve_build PRESET      configures and builds one CMake preset (CMakePresets.json) into
+#                             build/PRESET.
+
+GRADSERVE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+
+GRADSERVE_PACKAGES=(
+  cmake ninja-build g++ pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
+  python3-torch python3-numpy python3-grpcio python3-protobuf
+  nodejs npm
+)
+
+gradserve_install_packages() {
+  local missing=() p
+  for p in "${GRADSERVE_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    return 0
+  fi
+  echo "gradserve: installing missing Debian packages: ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "gradserve: not root; run this first:" >&2
+    echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+    return 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+gradserve_build() {
+  local preset="$1"
+  (cd "$GRADSERVE_ROOT" && cmake --preset "$preset" >/dev/null &&
+    cmake --build "build/$preset" --parallel "$(nproc)")
+}
