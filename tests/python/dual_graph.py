@@ -1,0 +1,262 @@
+"""A graph built twice at once: as a gradserve request and as the same computation in PyTorch.
+
+DualGraph records every leaf and op into a gradserve.GraphBuilder and evaluates it eagerly with
+PyTorch (TORCH_OPS maps each gradserve op and its attributes to the PyTorch call with the same
+meaning), so that the reference for any graph, random or hand-written, comes from one
+description. Backward calls are likewise run in PyTorch and added to the request; compare()
+then checks the server's response against them.
+
+Error measure (per gradient or value): max|got - ref| / max(max|ref|, 1), the infinity-norm
+error relative to the reference's magnitude, floored at 1 so that tiny references are compared
+absolutely. Thresholds: TOLERANCE by dtype.
+
+Threading: a DualGraph belongs to one thread.
+"""
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import server_fixture  # noqa: F401  (puts the client on sys.path)
+from gradserve import GraphBuilder
+
+TOLERANCE = {np.dtype(np.float64): 1e-10, np.dtype(np.float32): 1e-5}
+
+
+def _reduce(fn):
+    def run(x, dim=None, keepdim=False):
+        dims = tuple(dim) if dim else tuple(range(x.dim()))
+        return fn(x, dim=dims, keepdim=keepdim) if dims or keepdim else fn(x)
+    return run
+
+
+def _operand(fn, name):
+    """A binary op whose second operand is a tensor input or the scalar attribute `name`."""
+    def run(x, y=None, **attrs):
+        other = attrs.pop(name) if y is None else y
+        return fn(x, other, **attrs)
+    return run
+
+
+def _squeeze(x, dim=None):
+    return x.squeeze() if dim is None else x.squeeze(dim)
+
+
+def _layer_norm(x, weight=None, bias=None, normalized_shape=(), eps=1e-5):
+    return F.layer_norm(x, list(normalized_shape), weight, bias, eps)
+
+
+def _conv2d(x, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    return F.conv2d(x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups)
+
+
+def _embedding(indices, weight, padding_idx=None):
+    return F.embedding(indices, weight, padding_idx=padding_idx)
+
+
+# gradserve op name -> PyTorch function of (inputs..., **attrs).
+TORCH_OPS = {
+    "add": _operand(torch.add, "other"),
+    "sub": _operand(torch.sub, "other"),
+    "mul": _operand(torch.mul, "other"),
+    "div": _operand(torch.div, "other"),
+    "pow": _operand(torch.pow, "exponent"),
+    "neg": torch.neg, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt,
+    "rsqrt": torch.rsqrt, "abs": torch.abs, "sin": torch.sin, "cos": torch.cos,
+    "tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": torch.relu,
+    "gelu": lambda x, approximate="none": F.gelu(x, approximate=approximate),
+    "softplus": lambda x, beta=1.0, threshold=20.0: F.softplus(x, beta, threshold),
+    "clamp": lambda x, min=None, max=None: torch.clamp(x, min, max),
+    "where": torch.where,
+    "sum": _reduce(torch.sum), "mean": _reduce(torch.mean), "amax": _reduce(torch.amax),
+    "matmul": torch.matmul,
+    "reshape": lambda x, shape: x.reshape(list(shape)),
+    "transpose": lambda x, dim0, dim1: x.transpose(dim0, dim1),
+    "permute": lambda x, dims: x.permute(list(dims)),
+    "expand": lambda x, size: x.expand(list(size)),
+    "squeeze": _squeeze,
+    "unsqueeze": lambda x, dim: x.unsqueeze(dim),
+    "cat": lambda *xs, dim=0: torch.cat(xs, dim),
+    "stack": lambda *xs, dim=0: torch.stack(xs, dim),
+    "narrow": lambda x, dim, start, length: x.narrow(dim, start, length),
+    "select": lambda x, dim, index: x.select(dim, index),
+    "index_select": lambda x, index, dim: x.index_select(dim, index),
+    "gather": lambda x, index, dim: x.gather(dim, index),
+    "softmax": lambda x, dim: torch.softmax(x, dim),
+    "log_softmax": lambda x, dim: torch.log_softmax(x, dim),
+    "cross_entropy": lambda x, target, reduction="mean", ignore_index=-100,
+    label_smoothing=0.0: F.cross_entropy(x, target, reduction=reduction,
+                                         ignore_index=ignore_index,
+                                         label_smoothing=label_smoothing),
+    "mse_loss": lambda x, target, reduction="mean": F.mse_loss(x, target, reduction=reduction),
+    "layer_norm": _layer_norm,
+    "embedding": _embedding,
+    "conv2d": _conv2d,
+    "detach": torch.Tensor.detach,
+}
+
+
+def to_numpy(t):
+    """A copy (PyTorch may later update .grad in place) as a numpy array."""
+    return t.detach().cpu().numpy().copy()
+
+
+class DualGraph:
+    """Records leaves and ops into a GraphBuilder and evaluates them in PyTorch.
+
+    values: name -> torch tensor. log: one line per leaf and op, for failure messages.
+    """
+
+    def __init__(self, builder=None):
+        self.builder = builder or GraphBuilder()
+        self.values = {}
+        self.log = []
+        self.calls = []  # (kind, expected {name: array or None})
+        self._counter = 0
+
+    def fresh(self, prefix="v"):
+        self._counter += 1
+        return f"{prefix}{self._counter}"
+
+    def leaf(self, array, requires_grad=False, name=None):
+        name = name or self.fresh("x")
+        array = np.asarray(array)
+        self.builder.leaf(name, array, requires_grad=requires_grad)
+        self.values[name] = torch.from_numpy(array.copy()).requires_grad_(requires_grad)
+        self.log.append(f"{name} = leaf {array.dtype}{list(array.shape)}"
+                        f"{' requires_grad' if requires_grad else ''}")
+        return name
+
+    def evaluate(self, op, inputs, attrs):
+        """The PyTorch result of op on named values, without recording anything."""
+        return TORCH_OPS[op](*[self.values[i] for i in inputs], **attrs)
+
+    def add(self, op, inputs, result, name=None, no_grad=False, **attrs):
+        """Records op whose PyTorch result is already computed (see evaluate)."""
+        name = name or self.fresh()
+        self.builder.op(op, inputs, out=name, no_grad=no_grad, **attrs)
+        self.values[name] = result
+        self.log.append(f"{name} = {op}({', '.join(inputs)}{_attr_text(attrs)})"
+                        f" -> {list(result.shape)}{' no_grad' if no_grad else ''}")
+        return name
+
+    def op(self, op, inputs, name=None, no_grad=False, **attrs):
+        """Records op and evaluates it in PyTorch; returns the output's name."""
+        with torch.set_grad_enabled(not no_grad):
+            result = self.evaluate(op, inputs, attrs)
+        return self.add(op, inputs, result, name=name, no_grad=no_grad, **attrs)
+
+    def grad_op(self, roots, wrt, grad_outputs, names=None):
+        """Records an in-graph grad op (create_graph, allow_unused, materialize_grads) and its
+        PyTorch counterpart; returns the names of the gradients, one per wrt."""
+        names = names or [self.fresh("g") for _ in wrt]
+        grads = torch.autograd.grad([self.values[r] for r in roots],
+                                    [self.values[w] for w in wrt],
+                                    [self.values[s] for s in grad_outputs],
+                                    create_graph=True, allow_unused=True)
+        self.builder.op("grad", roots + grad_outputs, out=names, wrt=wrt,
+                        grad_outputs=grad_outputs, allow_unused=True, materialize_grads=True)
+        for name, w, g in zip(names, wrt, grads):
+            self.values[name] = torch.zeros_like(self.values[w]) if g is None else g
+        self.log.append(f"{names} = grad({roots} wrt {wrt}, grad_outputs={grad_outputs})")
+        return names
+
+    def grad_call(self, roots, inputs, seeds=None, retain_graph=False, none_as_zero=False):
+        """A grad-semantics backward call, run in PyTorch and added to the request.
+
+        seeds: {root: array}; roots without one must have one element. none_as_zero:
+        materialize_grads (PyTorch's None becomes zeros).
+        """
+        seeds = seeds or {}
+        tensors = [self.values[r] for r in roots]
+        grad_outputs = [torch.from_numpy(np.asarray(seeds[r]).copy()) if r in seeds
+                        else torch.ones_like(t) for r, t in zip(roots, tensors)]
+        grads = torch.autograd.grad(tensors, [self.values[i] for i in inputs], grad_outputs,
+                                    retain_graph=True, allow_unused=True)
+        expected = {}
+        for name, g in zip(inputs, grads):
+            if g is None and none_as_zero:
+                g = torch.zeros_like(self.values[name])
+            expected[name] = None if g is None else to_numpy(g)
+        self.builder.backward_call(roots, seeds, inputs, retain_graph=retain_graph,
+                                   allow_unused=True, materialize_grads=none_as_zero)
+        self.calls.append(expected)
+        return expected
+
+    def backward_call(self, roots, seeds=None, retain_graph=False):
+        """A backward-semantics call (accumulate into .grad), returning every grad leaf."""
+        seeds = seeds or {}
+        tensors = [self.values[r] for r in roots]
+        grad_tensors = [torch.from_numpy(np.asarray(seeds[r]).copy()) if r in seeds
+                        else torch.ones_like(t) for r, t in zip(roots, tensors)]
+        torch.autograd.backward(tensors, grad_tensors, retain_graph=True)
+        expected = {}
+        for name, t in self.values.items():
+            if t.is_leaf and t.requires_grad:
+                expected[name] = None if t.grad is None else to_numpy(t.grad)
+        self.builder.backward_call(roots, seeds, accumulate_grad=True, retain_graph=retain_graph)
+        self.calls.append(expected)
+        return expected
+
+    def describe(self):
+        return "\n".join("    " + line for line in self.log)
+
+
+def _attr_text(attrs):
+    return "".join(f", {k}={v!r}" for k, v in attrs.items())
+
+
+def relative_error(got, ref):
+    """max|got - ref| / max(max|ref|, 1); inf if shapes differ or got has NaN where ref does
+    not."""
+    got = np.asarray(got, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if got.shape != ref.shape:
+        return float("inf")
+    if got.size == 0:
+        return 0.0
+    same_nan = np.isnan(got) == np.isnan(ref)
+    if not same_nan.all():
+        return float("inf")
+    diff = np.where(np.isnan(ref), 0.0, np.abs(got - ref))
+    scale = max(float(np.nanmax(np.abs(ref), initial=0.0)), 1.0)
+    return float(diff.max()) / scale
+
+
+def compare(result, expected_calls, expected_values):
+    """Checks a GradResult against PyTorch's answers.
+
+    Returns (worst error, problems): problems is a list of strings, one per gradient or value
+    that is missing, wrongly (dis)connected, of the wrong dtype or shape, or over TOLERANCE.
+    """
+    worst = 0.0
+    problems = []
+
+    def check(label, got, ref):
+        nonlocal worst
+        if got is None or ref is None:
+            if (got is None) != (ref is None):
+                problems.append(f"{label}: gradserve {'None' if got is None else 'a tensor'}, "
+                                f"PyTorch {'None' if ref is None else 'a tensor'}")
+            return
+        if got.dtype != ref.dtype or got.shape != ref.shape:
+            problems.append(f"{label}: gradserve {got.dtype}{list(got.shape)}, "
+                            f"PyTorch {ref.dtype}{list(ref.shape)}")
+            return
+        err = relative_error(got, ref)
+        worst = max(worst, err)
+        if not err <= TOLERANCE.get(ref.dtype, 0.0):
+            problems.append(f"{label}: relative error {err:.3g} (max |ref| "
+                            f"{np.abs(ref).max(initial=0):.3g})")
+
+    if len(result.calls) != len(expected_calls):
+        problems.append(f"{len(result.calls)} call results for {len(expected_calls)} calls")
+    for i, (call, expected) in enumerate(zip(result.calls, expected_calls)):
+        for name, ref in expected.items():
+            if name not in call.gradients:
+                problems.append(f"call {i}: no gradient for {name}")
+                continue
+            check(f"call {i} grad {name}", call.gradients[name], ref)
+    for name, ref in expected_values.items():
+        check(f"value {name}", result.values.get(name), ref)
+    return worst, problems

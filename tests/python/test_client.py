@@ -1,0 +1,148 @@
+"""The Python client itself: tensor conversion, the graph builder, and each RPC against a real
+server (ping, info, health, unary and streamed grad, return values, error mapping).
+
+Run: GRADSERVE_SERVER=... GRADSERVE_PY_STUBS=... /usr/bin/python3 tests/python/test_client.py
+"""
+
+import threading
+import unittest
+
+import grpc
+import numpy as np
+
+from server_fixture import ServerProcess  # first: puts client/python on sys.path
+from gradserve import GradserveError, GraphBuilder, attr_value, from_tensor, to_tensor
+from gradserve.v1 import tensor_pb2
+
+
+class TensorConversionTest(unittest.TestCase):
+
+    def test_round_trip_keeps_dtype_shape_and_values(self):
+        arrays = [np.array(2.5, np.float32), np.arange(6, dtype=np.float64).reshape(2, 3).T,
+                  np.array([[-1, 2**40]], np.int64), np.array([True, False, True]),
+                  np.array([1.5, -2.0], dtype=">f8"), np.zeros((0, 3), np.float32)]
+        for a in arrays:
+            t = to_tensor(a)
+            self.assertEqual(list(t.shape), list(a.shape))
+            b = from_tensor(t)
+            self.assertEqual(b.shape, a.shape)
+            self.assertEqual(b.dtype, a.dtype.newbyteorder("="))
+            np.testing.assert_array_equal(b, a)
+            self.assertTrue(b.flags.writeable)
+
+    def test_little_endian_bytes(self):
+        self.assertEqual(to_tensor(np.array([1.0], np.float32)).data, b"\x00\x00\x80\x3f")
+        self.assertEqual(to_tensor(np.array([1], np.int64)).data, b"\x01" + b"\x00" * 7)
+
+    def test_rejects_other_dtypes_and_bad_contents(self):
+        with self.assertRaises(TypeError):
+            to_tensor(np.array([1], np.int32))
+        with self.assertRaises(ValueError):
+            from_tensor(tensor_pb2.Tensor(dtype=tensor_pb2.DTYPE_FLOAT32, shape=[2], data=b"1"))
+        with self.assertRaises(ValueError):
+            from_tensor(tensor_pb2.Tensor(shape=[1], data=b"1234"))
+
+    def test_hand_written_values(self):
+        t = tensor_pb2.Tensor(dtype=tensor_pb2.DTYPE_FLOAT32, shape=[2],
+                              values=tensor_pb2.TensorValues(doubles=[0.5, 2]))
+        np.testing.assert_array_equal(from_tensor(t), np.array([0.5, 2], np.float32))
+
+    def test_attr_values(self):
+        self.assertEqual(attr_value(True).WhichOneof("value"), "b")
+        self.assertEqual(attr_value(3).i, 3)
+        self.assertEqual(attr_value(np.int64(3)).i, 3)
+        self.assertEqual(attr_value(0.5).f, 0.5)
+        self.assertEqual(attr_value("mean").s, "mean")
+        self.assertEqual(list(attr_value([0, -1]).ints.values), [0, -1])
+        self.assertEqual(list(attr_value([0.5, 1]).floats.values), [0.5, 1.0])
+        self.assertEqual(list(attr_value(["a", "b"]).strings.values), ["a", "b"])
+        with self.assertRaises(TypeError):
+            attr_value({"a": 1})
+
+    def test_builder_rejects_duplicate_names(self):
+        g = GraphBuilder().leaf("x", np.ones(2))
+        with self.assertRaises(ValueError):
+            g.op("neg", ["x"], out="x")
+
+
+class ClientRpcTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        # A small message limit, so that a modest request must be streamed.
+        cls.server = ServerProcess("--worker_threads=2", "--max_message_bytes=6000000",
+                                   "--chunk_bytes=1000000").start()
+        cls.client = cls.server.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.stop()
+
+    def test_ping_info_health(self):
+        self.assertEqual(self.client.ping(b"abc"), b"abc")
+        info = self.client.info()
+        self.assertTrue(info.version)
+        self.assertEqual(info.limits.max_message_bytes, 6000000)
+        self.assertIn("cpu", [d.name for d in info.devices])
+        self.assertIn("matmul", [op.name for op in info.ops])
+        self.assertEqual(self.client.health(), "SERVING")
+
+    def test_grad_with_return_values_and_timings(self):
+        g = GraphBuilder().leaf("x", np.array([1.0, 2.0, 3.0]), requires_grad=True)
+        g.leaf("w", np.array([0.5, -1.0, 2.0], np.float64), requires_grad=True)
+        g.op("mul", ["x", "w"], out="h").op("sum", ["h"], out="loss")
+        g.backward_call("loss", inputs=["x", "w"]).return_values("h")
+        r = self.client.grad(g, request_id="client-test")
+        self.assertEqual(r.request_id, "client-test")
+        np.testing.assert_array_equal(r.calls[0]["x"], [0.5, -1.0, 2.0])
+        np.testing.assert_array_equal(r.calls[0]["w"], [1.0, 2.0, 3.0])
+        self.assertEqual(r.calls[0].connected, {"x": True, "w": True})
+        np.testing.assert_array_equal(r.values["h"], [0.5, -2.0, 6.0])
+        self.assertGreater(r.num_nodes, 0)
+        self.assertGreaterEqual(r.timings["total_us"], r.timings["backward_us"])
+
+    def test_large_request_is_streamed(self):
+        x = np.random.default_rng(0).uniform(-1, 1, (2, 1_000_000)).astype(np.float32)
+        g = GraphBuilder().leaf("x", x, requires_grad=True)
+        g.op("mul", ["x"], out="y", other=3.0).op("sum", ["y"], out="loss")
+        g.backward_call("loss", inputs=["x"])
+        with self.assertRaises(GradserveError) as cm:
+            self.client.grad(g, stream=False)
+        self.assertEqual(cm.exception.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+        grad = self.client.grad(g).calls[0]["x"]  # picks the stream by itself
+        self.assertEqual(grad.shape, x.shape)
+        self.assertTrue((grad == 3.0).all())
+
+    def test_concurrent_calls_share_a_client(self):
+        errors = []
+
+        def work(k):
+            try:
+                for _ in range(5):
+                    g = GraphBuilder().leaf("x", np.full(4, float(k)), requires_grad=True)
+                    g.op("mul", ["x", "x"], out="y").op("sum", ["y"], out="l")
+                    grad = self.client.grad(g.backward_call("l", inputs=["x"])).calls[0]["x"]
+                    np.testing.assert_array_equal(grad, np.full(4, 2.0 * k))
+            except Exception as e:  # reported below, in the test's thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        self.assertFalse(errors)
+
+    def test_errors_carry_code_and_message(self):
+        g = GraphBuilder().leaf("x", np.ones(2), requires_grad=True)
+        g.op("nosuchop", ["x"], out="y").backward_call("y", inputs=["x"])
+        with self.assertRaises(GradserveError) as cm:
+            self.client.grad(g)
+        self.assertEqual(cm.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("nosuchop", cm.exception.message)
+        self.assertIn("INVALID_ARGUMENT", str(cm.exception))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,304 @@
+"""Parity of gradserve's gradients with PyTorch's, through a real server.
+
+RandomGraphParityTest sends GRADSERVE_PARITY_GRAPHS (default 600) random graphs over the whole
+op set (graph_gen.py), half float32 and half float64, seeded from GRADSERVE_PARITY_SEED
+(default 0), and compares every gradient and root value with PyTorch's: the error
+max|got - ref| / max(max|ref|, 1) must be at most 1e-10 in float64 and 1e-5 in float32. The
+figures (graphs run, gradients compared, worst error per dtype, op coverage) are printed at the
+end. HandWrittenParityTest covers the constructs one at a time: broadcasting, fan-in, several
+roots with seeds, captured intermediates, unused inputs, double backward, Hessian-vector
+products, checkpoints (nested), hooks, no-grad regions and .grad accumulation.
+
+Run: GRADSERVE_SERVER=build/py/server/gradserve-server GRADSERVE_PY_STUBS=<stubs>
+     /usr/bin/python3 tests/python/test_parity.py   (CTest sets both; see CMakeLists.txt)
+"""
+
+import collections
+import os
+import sys
+import time
+import unittest
+import warnings
+
+import numpy as np
+import torch
+
+from server_fixture import ServerProcess  # first: puts client/python on sys.path
+from dual_graph import DualGraph, TOLERANCE, compare
+from gradserve import GradserveError, GraphBuilder
+from graph_gen import RandomGraph
+
+# PyTorch warns about mse_loss's broadcasting and such; the comparison is what matters.
+warnings.simplefilter("ignore", UserWarning)
+
+DESIGN_OPS = """add sub mul div neg pow exp log sqrt rsqrt abs sin cos tanh sigmoid relu gelu
+softplus clamp where sum mean amax matmul reshape transpose permute expand squeeze unsqueeze cat
+stack narrow select index_select gather softmax log_softmax cross_entropy mse_loss layer_norm
+embedding conv2d""".split()
+GRAPH_LEVEL_OPS = {"grad", "checkpoint", "hook", "detach"}
+
+
+class ServerTestCase(unittest.TestCase):
+    """Starts one server for the class; self.client talks to it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess("--worker_threads=2").start()
+        cls.client = cls.server.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.stop()
+
+    def run_dual(self, g, values=None):
+        """Sends g's request and asserts that every gradient and value matches PyTorch."""
+        for name in values or {}:
+            g.builder.return_values(name)
+        result = self.client.grad(g.builder)
+        worst, problems = compare(result, g.calls, values or {})
+        self.assertFalse(problems, "\n".join(problems) + "\n  graph:\n" + g.describe())
+        return result
+
+
+class RandomGraphParityTest(ServerTestCase):
+    GRAPHS = int(os.environ.get("GRADSERVE_PARITY_GRAPHS", "600"))
+    SEED = int(os.environ.get("GRADSERVE_PARITY_SEED", "0"))
+    TIME_LIMIT_S = 300  # a bound, not an expectation: the run takes seconds
+
+    def test_server_lists_every_op(self):
+        names = {op.name for op in self.client.info().ops}
+        missing = [op for op in DESIGN_OPS if op not in names]
+        self.assertFalse(missing, f"GetServerInfo does not list {missing}")
+
+    def test_random_graphs(self):
+        available = {op.name for op in self.client.info().ops} | GRAPH_LEVEL_OPS
+        start = time.monotonic()
+        stats = {dt: {"graphs": 0, "gradients": 0, "worst": 0.0}
+                 for dt in (np.dtype(np.float32), np.dtype(np.float64))}
+        coverage = collections.Counter()
+        failures = []
+        for i in range(self.GRAPHS):
+            if time.monotonic() - start > self.TIME_LIMIT_S:
+                failures.append(f"time limit reached after {i} graphs")
+                break
+            seed = self.SEED + i
+            dtype = np.dtype(np.float64 if i % 2 else np.float32)
+            gen = RandomGraph(seed, dtype, available)
+            g, values = gen.build()
+            if g is None:
+                continue
+            coverage.update(gen.ops_used)
+            label = f"graph seed={seed} dtype={dtype}"
+            try:
+                result = self.client.grad(g.builder, request_id=label)
+            except GradserveError as e:
+                failures.append(f"{label}: {e}\n{g.describe()}")
+                continue
+            worst, problems = compare(result, g.calls, values)
+            s = stats[dtype]
+            s["graphs"] += 1
+            s["gradients"] += sum(len(c) for c in g.calls) + len(values)
+            s["worst"] = max(s["worst"], worst)
+            if problems:
+                failures.append(f"{label}:\n  " + "\n  ".join(problems) + "\n" + g.describe())
+        elapsed = time.monotonic() - start
+        print(f"\nparity: {sum(s['graphs'] for s in stats.values())} random graphs in "
+              f"{elapsed:.1f} s (seed {self.SEED}), {len(failures)} failing", file=sys.stderr)
+        for dtype, s in stats.items():
+            print(f"parity: {dtype}: {s['graphs']} graphs, {s['gradients']} tensors compared, "
+                  f"worst relative error {s['worst']:.3g} (limit {TOLERANCE[dtype]:g})",
+                  file=sys.stderr)
+        print("parity: op coverage: " + ", ".join(
+            f"{op} {n}" for op, n in sorted(coverage.items())), file=sys.stderr)
+        self.assertFalse(failures, f"{len(failures)} graphs differ from PyTorch; first ones:\n"
+                         + "\n".join(failures[:8]))
+
+
+def leaf(g, shape, seed, dtype=np.float64, requires_grad=True, name=None):
+    rng = np.random.default_rng(seed)
+    return g.leaf(rng.uniform(-1, 1, size=shape).astype(dtype), requires_grad, name=name)
+
+
+class HandWrittenParityTest(ServerTestCase):
+
+    def test_broadcasting(self):
+        for dtype in (np.float32, np.float64):
+            g = DualGraph()
+            x = leaf(g, (3, 1, 4), 1, dtype)
+            y = leaf(g, (2, 1), 2, dtype)
+            z = leaf(g, (), 3, dtype)
+            h = g.op("mul", [g.op("add", [x, y]), z])
+            w = g.op("div", [h, g.op("add", [g.op("exp", [y])], other=1.0)])
+            seed = np.random.default_rng(4).uniform(-1, 1, size=(3, 2, 4)).astype(dtype)
+            g.grad_call([w], [x, y, z], {w: seed})
+            self.run_dual(g, {w: g.values[w].detach().numpy()})
+
+    def test_fan_in(self):
+        g = DualGraph()
+        x = leaf(g, (5,), 5)
+        terms = [g.op("mul", [x, x]), g.op("sin", [x]), x, g.op("tanh", [x])]
+        total = terms[0]
+        for t in terms[1:]:
+            total = g.op("add", [total, t])
+        loss = g.op("sum", [g.op("cat", [total, x, x], dim=0)])
+        g.grad_call([loss], [x])
+        self.run_dual(g)
+
+    def test_several_roots_with_seeds(self):
+        g = DualGraph()
+        x = leaf(g, (2, 3), 6)
+        w = leaf(g, (3, 4), 7)
+        a = g.op("matmul", [x, w])
+        b = g.op("sum", [g.op("relu", [a])])
+        c = g.op("mean", [g.op("mul", [x, x])], dim=[0])
+        rng = np.random.default_rng(8)
+        seeds = {a: rng.normal(size=(2, 4)), c: rng.normal(size=(3,))}
+        g.grad_call([a, b, c], [x, w], seeds)  # b is seeded with ones
+        self.run_dual(g)
+
+    def test_captured_intermediates(self):
+        g = DualGraph()
+        x = leaf(g, (4, 3), 9)
+        h = g.op("sigmoid", [x])
+        k = g.op("softmax", [h], dim=1)
+        loss = g.op("sum", [g.op("mul", [k, h])])
+        g.grad_call([loss], [h, x, k])  # gradients with respect to values inside the graph
+        self.run_dual(g)
+
+    def test_unused_inputs(self):
+        g = DualGraph()
+        x = leaf(g, (3,), 10)
+        unused = leaf(g, (2, 2), 11)
+        loss = g.op("sum", [g.op("exp", [x])])
+        g.grad_call([loss], [x, unused])
+        g.grad_call([loss], [x, unused], none_as_zero=True)
+        result = self.run_dual(g)
+        self.assertEqual(result.calls[0].connected, {x: True, unused: False})
+        self.assertIsNone(result.calls[0][unused])
+        np.testing.assert_array_equal(result.calls[1][unused], np.zeros((2, 2)))
+        # Without allow_unused the server refuses, naming the input.
+        b = GraphBuilder().leaf("x", np.ones(3), requires_grad=True)
+        b.leaf("unused", np.ones(2), requires_grad=True).op("sum", ["x"], out="loss")
+        b.backward_call("loss", inputs=["x", "unused"])
+        with self.assertRaises(GradserveError) as cm:
+            self.client.grad(b)
+        self.assertEqual(cm.exception.code.name, "INVALID_ARGUMENT")
+        self.assertIn("unused", cm.exception.message)
+
+    def test_double_backward(self):
+        """d/dx of (dy/dx . v) through an in-graph grad op, and a call with create_graph."""
+        g = DualGraph()
+        x = leaf(g, (3,), 12)
+        y = g.op("mul", [g.op("pow", [x], exponent=3), g.op("sin", [x])])
+        v = leaf(g, (3,), 13, requires_grad=False)
+        (dx,) = g.grad_op([y], [x], [v])
+        g.grad_call([dx], [x], {dx: np.ones(3)}, retain_graph=True)
+        # create_graph on a call returns the same first-order gradients.
+        g.builder.backward_call([y], {y: np.ones(3)}, [x], create_graph=True, retain_graph=True)
+        g.calls.append({x: torch.autograd.grad(g.values[y], g.values[x], torch.ones(3),
+                                               retain_graph=True)[0].numpy()})
+        self.run_dual(g)
+
+    def test_hessian_vector_product(self):
+        g = DualGraph()
+        x = leaf(g, (4,), 14)
+        a = leaf(g, (4, 4), 15, requires_grad=False)
+        # f(x) = sum(tanh(A x) * x) + logsumexp-ish terms: a non-trivial Hessian.
+        ax = g.op("matmul", [a, x])
+        f = g.op("add", [g.op("sum", [g.op("mul", [g.op("tanh", [ax]), x])]),
+                         g.op("sum", [g.op("log_softmax", [x], dim=0)])])
+        one = g.leaf(np.array(1.0))
+        (grad,) = g.grad_op([f], [x], [one])
+        v = leaf(g, (4,), 16, requires_grad=False)
+        hv_root = g.op("sum", [g.op("mul", [grad, v])])
+        g.grad_call([hv_root], [x])
+        result = self.run_dual(g)
+        # Cross-check against an explicit Hessian.
+        xt = g.values[x].detach()
+        hessian = torch.autograd.functional.hessian(
+            lambda t: (torch.tanh(g.values[a] @ t) * t).sum() + torch.log_softmax(t, 0).sum(), xt)
+        np.testing.assert_allclose(result.calls[0][x], (hessian @ g.values[v]).numpy(),
+                                   rtol=1e-10, atol=1e-12)
+
+    def checkpointed(self, g, inputs, build_body):
+        """Records a checkpoint op over inputs; build_body(body, formal names) -> output name.
+        In PyTorch the body just runs inline: a checkpoint changes memory, not gradients."""
+        formal = [g.fresh("f") for _ in inputs]
+        body = DualGraph(GraphBuilder(inputs=formal))
+        body._counter = g._counter + 1000  # distinct names inside the body
+        for f, i in zip(formal, inputs):
+            body.values[f] = g.values[i]
+        out = build_body(body, formal)
+        body.builder.outputs(out)
+        g._counter = body._counter
+        name = g.fresh("ck")
+        g.builder.op("checkpoint", inputs, out=[name], body=body.builder)
+        g.values[name] = body.values[out]
+        g.log.append(f"{name} = checkpoint({inputs}) body:\n" + body.describe())
+        return name
+
+    def test_checkpoint(self):
+        g = DualGraph()
+        x = leaf(g, (2, 3), 17)
+        w = leaf(g, (3, 3), 18)
+
+        def layer(body, formal):
+            return body.op("gelu", [body.op("matmul", [formal[0], formal[1]])])
+
+        h = self.checkpointed(g, [x, w], layer)
+        h = self.checkpointed(g, [h, w], layer)
+        loss = g.op("sum", [g.op("mul", [h, h])])
+        g.grad_call([loss], [x, w])
+        self.run_dual(g, {h: g.values[h].detach().numpy()})
+
+    def test_nested_checkpoints(self):
+        g = DualGraph()
+        x = leaf(g, (3,), 19)
+
+        def nest(depth):
+            def build(body, formal):
+                inner = body.op("sin", formal)
+                if depth:
+                    inner = self.checkpointed(body, [inner], nest(depth - 1))
+                return body.op("mul", [inner, formal[0]])
+            return build
+
+        y = self.checkpointed(g, [x], nest(6))
+        g.grad_call([g.op("sum", [y])], [x])
+        self.run_dual(g)
+
+    def test_hooks(self):
+        g = DualGraph()
+        x = leaf(g, (4,), 20)
+        h = g.op("exp", [x])
+        g.builder.op("hook", [h], out=[], kind="scale", factor=3.0)
+        g.values[h].register_hook(lambda grad: grad * 3.0)
+        k = g.op("tanh", [h])
+        g.builder.op("hook", [k], out=[], kind="clamp", min=-0.1, max=0.2)
+        g.values[k].register_hook(lambda grad: grad.clamp(-0.1, 0.2))
+        loss = g.op("sum", [g.op("mul", [k, x])])
+        g.grad_call([loss], [x])
+        self.run_dual(g)
+
+    def test_no_grad_and_detach(self):
+        g = DualGraph()
+        x = leaf(g, (3,), 21)
+        frozen = g.op("mul", [x, x], no_grad=True)
+        cut = g.op("detach", [g.op("exp", [x])])
+        loss = g.op("sum", [g.op("mul", [g.op("add", [frozen, cut]), x])])
+        g.grad_call([loss], [x])
+        self.run_dual(g)
+
+    def test_grad_accumulates_across_backward_calls(self):
+        g = DualGraph()
+        x = leaf(g, (2, 2), 22)
+        y = g.op("sum", [g.op("cos", [x])])
+        z = g.op("sum", [g.op("mul", [x, x])])
+        g.backward_call([y], retain_graph=True)
+        g.backward_call([z, y])  # .grad now holds dy + dz + dy
+        self.run_dual(g)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
