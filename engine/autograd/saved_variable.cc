@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/autograd/autograd_meta.h"
+#include "engine/autograd/grad_mode.h"
 #include "engine/autograd/node.h"
 
 namespace gradserve::autograd {
@@ -27,7 +28,8 @@ Tensor SavedVariable::unpack(const Node* saved_for) const {
         " were freed after the first backward; set retain_graph on the earlier call to "
         "keep them")));
   }
-  if (!was_defined_ || saved_original_) return data_;
+  // Unless the backward is itself recorded (create_graph), the data alone will do.
+  if (!was_defined_ || saved_original_ || !GradMode::is_enabled()) return data_;
   Tensor out = data_.detach();
   AutogradMeta& meta = out.mutable_autograd_meta();
   meta.output_nr = output_nr_;

@@ -29,6 +29,8 @@ class SavedVariable {
 
   // The saved tensor; `saved_for` is the Node that saved it (needed for outputs, and named in
   // the error if the tensor was freed). An undefined tensor saved gives an undefined tensor.
+  // With grad mode off (a backward without create_graph) the data comes back without its
+  // place in the graph, since nothing will be recorded from it.
   Tensor unpack(const Node* saved_for) const;
   // Frees the data (release_variables).
   void reset();

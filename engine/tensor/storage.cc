@@ -9,7 +9,10 @@
 namespace gradserve {
 
 Storage::Storage(size_t nbytes, Allocator* allocator)
-    : allocator_(allocator), nbytes_(nbytes), budget_(CurrentMemoryBudget()) {
+    : allocator_(allocator),
+      device_(allocator->device()),
+      nbytes_(nbytes),
+      budget_(CurrentMemoryBudget()) {
   if (budget_) budget_->Charge(static_cast<int64_t>(nbytes));
   try {
     data_ = allocator_->Allocate(nbytes);

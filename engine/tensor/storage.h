@@ -25,10 +25,11 @@ class Storage {
 
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
-  Device device() const { return allocator_->device(); }
+  Device device() const { return device_; }
 
  private:
   Allocator* const allocator_;
+  const Device device_;  // allocator_->device(), kept to spare a virtual call per use
   const size_t nbytes_;
   std::shared_ptr<MemoryBudget> budget_;
   void* data_ = nullptr;
