@@ -46,18 +46,18 @@ class CheckpointBackward final : public Node {
     TensorList inputs(num_inputs), wrt;
     std::vector<size_t> wrt_slot;
     for (size_t i = 0; i < num_inputs; ++i) {
+      // Without create_graph the saved input comes back without history, so whether it needs
+      // a gradient is read from its edge.
       const Tensor saved = saved_inputs_[i].unpack(this);
       inputs[i] = saved;
-      if (!saved.requires_grad()) continue;
+      if (!should_compute_output(i)) continue;
       if (!create_graph) {
         inputs[i] = saved.detach();
         inputs[i].set_requires_grad(true);
         inputs[i].set_name(saved.name());
       }
-      if (should_compute_output(i)) {
-        wrt.push_back(inputs[i]);
-        wrt_slot.push_back(i);
-      }
+      wrt.push_back(inputs[i]);
+      wrt_slot.push_back(i);
     }
     for (size_t p = 0; p < params_.size(); ++p) {
       if (should_compute_output(num_inputs + p)) {

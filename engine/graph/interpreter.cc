@@ -284,37 +284,12 @@ class Interpreter {
     return it->second;
   }
 
-  // The roots and seeds of a call, checked against each other.
-  static void ResolveRoots(const RecordedGraph& graph, const BackwardCall& call, TensorList& roots,
-                           TensorList& seeds) {
-    GS_CHECK_ARG(!call.roots.empty(), "a backward call needs at least one root");
-    GS_CHECK_ARG(call.seeds.empty() || call.seeds.size() == call.roots.size(), "the call gives ",
-                 call.seeds.size(), " seeds for ", call.roots.size(),
-                 " roots; give one per root or none");
-    for (size_t i = 0; i < call.roots.size(); ++i) {
-      const std::string& name = call.roots[i];
-      const Tensor root = CallValue(graph, name, "root");
-      GS_CHECK_ARG(root.requires_grad(), "root '", name,
-                   "' does not require grad: no leaf that requires grad reaches it, or it was "
-                   "computed under no_grad or detach");
-      const Tensor seed = call.seeds.empty() ? Tensor() : call.seeds[i];
-      if (seed.defined()) {
-        GS_CHECK_ARG(seed.shape() == root.shape() && seed.dtype() == root.dtype(), "seed ", i,
-                     " for root '", name, "' is ", seed.DebugString(), " but the root is ",
-                     root.DebugString());
-      } else {
-        GS_CHECK_ARG(root.numel() == 1, "root '", name, "' is ", root.DebugString(),
-                     ": implicit seeds (ones) need a one-element root; give a seed");
-      }
-      roots.push_back(root);
-      seeds.push_back(seed);
-    }
-  }
-
   static CallResult RunBackward(const RecordedGraph& graph, const BackwardCall& call) {
     if (graph.cancel_ != nullptr) ThrowIfError(graph.cancel_->Check());
-    TensorList roots, seeds;
-    ResolveRoots(graph, call, roots, seeds);
+    // autograd::Grad and Backward check the roots, seeds and inputs against each other and
+    // name them by their value names.
+    TensorList roots;
+    for (const std::string& name : call.roots) roots.push_back(CallValue(graph, name, "root"));
 
     CallResult result;
     result.names = call.inputs;
@@ -324,14 +299,7 @@ class Interpreter {
       }
     }
     TensorList inputs;
-    for (const std::string& name : result.names) {
-      const Tensor input = CallValue(graph, name, "input");
-      GS_CHECK_ARG(input.requires_grad(), "input '", name, "' does not require grad");
-      GS_CHECK_ARG(!call.accumulate_grad || input.is_leaf(), "input '", name,
-                   "' is not a leaf: backward() returns the .grad of leaves only; use grad "
-                   "semantics (accumulate_grad false) for other values");
-      inputs.push_back(input);
-    }
+    for (const std::string& name : result.names) inputs.push_back(CallValue(graph, name, "input"));
 
     autograd::BackwardOptions options;
     options.retain_graph = call.retain_graph;
@@ -345,12 +313,12 @@ class Interpreter {
         result.connected.push_back(
             reachable.contains(autograd::GradientEdge(input).function.get()));
       }
-      ThrowIfError(autograd::Backward(roots, seeds, inputs, options));
+      ThrowIfError(autograd::Backward(roots, call.seeds, inputs, options));
       for (const Tensor& input : inputs) result.grads.push_back(input.grad());
     } else {
       // Materialization happens here, after `connected` is read from what came back.
       options.allow_unused = call.allow_unused || call.materialize_grads;
-      result.grads = ValueOrThrow(autograd::Grad(roots, seeds, inputs, options));
+      result.grads = ValueOrThrow(autograd::Grad(roots, call.seeds, inputs, options));
       for (const Tensor& grad : result.grads) result.connected.push_back(grad.defined());
     }
     if (call.materialize_grads) {
