@@ -20,23 +20,24 @@ thread_local int current_depth = 0;
 thread_local int total_depth = 0;
 // The queue this thread pops from while it is a worker.
 thread_local std::shared_ptr<ReadyQueue> local_ready_queue;
-// The pass whose Node this thread is running, so a nested pass can inherit its token.
-thread_local std::shared_ptr<GraphTask> current_graph_task;
+// The pass whose Node this thread is running, so a nested pass can inherit its token. The
+// worker holds the pass alive while it runs the Node.
+thread_local const GraphTask* current_graph_task = nullptr;
 
 // What a Node runs under: its pass as the current one, the pass's grad mode (create_graph)
 // and memory budget.
 class GraphTaskScope {
  public:
-  explicit GraphTaskScope(const std::shared_ptr<GraphTask>& graph_task)
-      : previous_(std::move(current_graph_task)),
+  explicit GraphTaskScope(const GraphTask* graph_task)
+      : previous_(current_graph_task),
         grad_mode_(graph_task->grad_mode_),
-        budget_(graph_task->budget_) {
+        budget_(&graph_task->budget_) {
     current_graph_task = graph_task;
   }
-  ~GraphTaskScope() { current_graph_task = std::move(previous_); }
+  ~GraphTaskScope() { current_graph_task = previous_; }
 
  private:
-  std::shared_ptr<GraphTask> previous_;
+  const GraphTask* previous_;
   GradModeGuard grad_mode_;
   MemoryBudgetScope budget_;
 };
@@ -149,9 +150,8 @@ void Engine::compute_dependencies(Node* root, GraphTask& task, uint64_t min_topo
   // Breadth-agnostic walk over every Node reachable from the root, counting for each how many
   // edges lead into it. Nodes below min_topo_nr cannot reach an output: their edges are not
   // followed.
-  MutexLock lock(&task.mutex_);
   std::vector<Node*> queue{root};
-  task.nodes_in_graph_.insert(root);
+  task.nodes_in_graph_.try_emplace(root);
   while (!queue.empty()) {
     Node* fn = queue.back();
     queue.pop_back();
@@ -159,8 +159,9 @@ void Engine::compute_dependencies(Node* root, GraphTask& task, uint64_t min_topo
     for (const Edge& edge : fn->next_edges()) {
       Node* next = edge.function.get();
       if (next == nullptr) continue;
-      task.dependencies_[next] += 1;
-      if (task.nodes_in_graph_.insert(next).second) queue.push_back(next);
+      auto [it, inserted] = task.nodes_in_graph_.try_emplace(next);
+      it->second.dependencies_ += 1;
+      if (inserted) queue.push_back(next);
     }
   }
 }
@@ -172,7 +173,7 @@ absl::StatusOr<TensorList> Engine::execute(const EdgeList& roots, TensorList see
       options.keep_graph, options.create_graph, reentrant ? total_depth + 1 : 0,
       reentrant ? local_ready_queue : std::make_shared<ReadyQueue>());
   graph_task->anomaly_mode_ = options.anomaly_mode;
-  const GraphTask* parent = reentrant ? current_graph_task.get() : nullptr;
+  const GraphTask* parent = reentrant ? current_graph_task : nullptr;
   graph_task->cancel_ = options.cancel != nullptr ? options.cancel
                         : parent != nullptr       ? parent->cancel_
                                                   : nullptr;
@@ -264,7 +265,7 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
     if (local_graph_task == nullptr) continue;
     // Step 3: evaluate the Node, unless the pass already failed or was cancelled.
     if (task.fn != nullptr && !local_graph_task->has_error_.load(std::memory_order_acquire)) {
-      GraphTaskScope scope(local_graph_task);
+      GraphTaskScope scope(local_graph_task.get());
       try {
         if (local_graph_task->cancel_ != nullptr) ThrowIfError(local_graph_task->cancel_->Check());
         evaluate_function(local_graph_task, task.fn.get(), task.inputs);
@@ -300,10 +301,10 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
     for (const auto& [input_nr, hook] : func->tensor_pre_hooks()) {
       if (grads[input_nr].defined()) grads[input_nr] = (*hook)(grads[input_nr]);
     }
-    if (!graph_task->exec_info_.empty()) {
-      auto it = graph_task->exec_info_.find(func);
-      if (it == graph_task->exec_info_.end()) return;
-      const GraphTask::ExecInfo& info = it->second;
+    if (graph_task->exec_info_used()) {
+      auto it = graph_task->nodes_in_graph_.find(func);
+      if (it == graph_task->nodes_in_graph_.end()) return;
+      const GraphTask::ExecInfo& info = it->second.exec_info_;
       if (!info.captures_.empty()) {
         MutexLock lock(&graph_task->mutex_);
         for (const auto& capture : info.captures_) {
@@ -332,40 +333,26 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
     const Edge& next = func->next_edge(i);
     if (!next.is_valid()) continue;
     Node* next_fn = next.function.get();
-    bool is_ready = false;
-    auto dep_it = graph_task->dependencies_.find(next_fn);
-    if (dep_it == graph_task->dependencies_.end()) {
+    auto it = graph_task->nodes_in_graph_.find(next_fn);
+    if (it == graph_task->nodes_in_graph_.end() || it->second.dependencies_ <= 0) {
       ThrowStatus(
           absl::InternalError(absl::StrCat("dependency of ", next_fn->DebugName(), " not found")));
     }
-    if (--dep_it->second == 0) {
-      graph_task->dependencies_.erase(dep_it);
-      is_ready = true;
+    GraphTask::NodeState& state = it->second;
+    const bool is_ready = --state.dependencies_ == 0;
+    if (!state.not_ready_.has_value()) {
+      // Skip Nodes that are not to run (off every path to the outputs).
+      if (graph_task->exec_info_used() && !state.exec_info_.should_execute()) continue;
+      state.not_ready_.emplace(next_fn->num_inputs());
     }
-    auto not_ready_it = graph_task->not_ready_.find(next_fn);
-    if (not_ready_it == graph_task->not_ready_.end()) {
-      if (!graph_task->exec_info_.empty()) {
-        auto info = graph_task->exec_info_.find(next_fn);
-        if (info == graph_task->exec_info_.end() || !info->second.should_execute()) continue;
-      }
-      InputBuffer input_buffer(next_fn->num_inputs());
-      input_buffer.add(next.input_nr, std::move(outputs[i]));
-      if (is_ready) {
-        ready_queue(graph_task->cpu_ready_queue_, input_buffer.device())
-            ->push(NodeTask(graph_task, next.function, std::move(input_buffer),
-                            graph_task->reentrant_depth_));
-      } else {
-        graph_task->not_ready_.emplace(next_fn, std::move(input_buffer));
-      }
-    } else {
-      InputBuffer& input_buffer = not_ready_it->second;
-      input_buffer.add(next.input_nr, std::move(outputs[i]));
-      if (is_ready) {
-        ready_queue(graph_task->cpu_ready_queue_, input_buffer.device())
-            ->push(NodeTask(graph_task, next.function, std::move(input_buffer),
-                            graph_task->reentrant_depth_));
-        graph_task->not_ready_.erase(not_ready_it);
-      }
+    state.not_ready_->add(next.input_nr, std::move(outputs[i]));
+    if (is_ready) {
+      InputBuffer input_buffer = std::move(*state.not_ready_);
+      state.not_ready_.reset();
+      const Device device = input_buffer.device();
+      ready_queue(graph_task->cpu_ready_queue_, device)
+          ->push(NodeTask(graph_task, next.function, std::move(input_buffer),
+                          graph_task->reentrant_depth_));
     }
   }
 }

@@ -1,5 +1,6 @@
 #include "engine/autograd/graph_task.h"
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "engine/autograd/ready_queue.h"
@@ -21,10 +22,12 @@ GraphTask::~GraphTask() {
 
 void GraphTask::init_to_execute(Node& graph_root, const EdgeList& outputs, bool accumulate_grad,
                                 uint64_t min_topo_nr) {
-  // Seed: the output Nodes are needed (backward) or capture (grad).
+  exec_info_used_ = true;
+  // Seed: the output Nodes are needed (backward) or capture (grad). An output the root cannot
+  // reach still gets an entry; it never receives an input.
   uint32_t output_idx = 0;
   for (const Edge& output_edge : outputs) {
-    ExecInfo& info = exec_info_[output_edge.function.get()];
+    ExecInfo& info = nodes_in_graph_[output_edge.function.get()].exec_info_;
     if (accumulate_grad) {
       info.needed_ = true;
     } else {
@@ -38,40 +41,41 @@ void GraphTask::init_to_execute(Node& graph_root, const EdgeList& outputs, bool 
 
   // Iterative depth-first search from the root: a Node is needed if any child should execute.
   // A child seen before is not searched again, but its verdict still counts for the parent.
-  // Outputs are not pre-marked as seen, since an output may lie on the path to another.
+  // Outputs are not pre-marked as seen, since an output may lie on the path to another. No
+  // entry is added here, so the pointers to entries stay valid.
   struct Frame {
     Node* fn;
+    ExecInfo* info;
     size_t next_child = 0;
-  };
-  auto should_execute = [this](Node* fn) {
-    auto it = exec_info_.find(fn);
-    return it != exec_info_.end() && it->second.should_execute();
   };
   absl::flat_hash_set<Node*> seen;
   std::vector<Frame> stack;
-  stack.push_back({&graph_root});
-  exec_info_.try_emplace(&graph_root);
+  stack.push_back({&graph_root, &nodes_in_graph_[&graph_root].exec_info_});
   while (!stack.empty()) {
     Frame& frame = stack.back();
-    Node* fn = frame.fn;
     Node* child = nullptr;
-    while (frame.next_child < fn->num_outputs()) {
-      Node* candidate = fn->next_edge(frame.next_child++).function.get();
+    ExecInfo* child_info = nullptr;
+    while (frame.next_child < frame.fn->num_outputs()) {
+      Node* candidate = frame.fn->next_edge(frame.next_child++).function.get();
       if (candidate == nullptr) continue;
+      auto it = nodes_in_graph_.find(candidate);
+      if (it == nodes_in_graph_.end()) continue;  // below min_topo_nr: not expanded
       if (seen.insert(candidate).second) {
         child = candidate;
+        child_info = &it->second.exec_info_;
         break;
       }
-      if (should_execute(candidate)) exec_info_[fn].needed_ = true;
+      if (it->second.exec_info_.should_execute()) frame.info->needed_ = true;
     }
     if (child != nullptr) {
       // A child older than every output cannot lead to one.
       if (child->topological_nr() < min_topo_nr) continue;
-      stack.push_back({child});
+      stack.push_back({child, child_info});
       continue;
     }
+    const bool execute = frame.info->should_execute();
     stack.pop_back();
-    if (should_execute(fn) && !stack.empty()) exec_info_[stack.back().fn].needed_ = true;
+    if (execute && !stack.empty()) stack.back().info->needed_ = true;
   }
 }
 

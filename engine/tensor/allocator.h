@@ -18,7 +18,8 @@ class Allocator {
  public:
   virtual ~Allocator() = default;
 
-  // Returns at least nbytes (64-byte aligned); nbytes may be 0.
+  // Returns at least nbytes, aligned to 64 bytes (16 for sizes up to 256 bytes); nbytes may be
+  // 0.
   virtual void* Allocate(size_t nbytes) = 0;
   // Gives back memory from Allocate of the same size.
   virtual void Deallocate(void* ptr, size_t nbytes) = 0;

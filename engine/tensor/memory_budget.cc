@@ -5,7 +5,9 @@
 
 namespace gradserve {
 namespace {
-thread_local std::shared_ptr<MemoryBudget> current_budget;
+const std::shared_ptr<MemoryBudget> kNoBudget;
+// Points at the current budget's owner (a scope, or a borrowed shared_ptr); never null.
+thread_local const std::shared_ptr<MemoryBudget>* current_budget = &kNoBudget;
 }  // namespace
 
 void MemoryBudget::Charge(int64_t bytes) {
@@ -21,13 +23,18 @@ void MemoryBudget::Charge(int64_t bytes) {
   }
 }
 
-const std::shared_ptr<MemoryBudget>& CurrentMemoryBudget() { return current_budget; }
+const std::shared_ptr<MemoryBudget>& CurrentMemoryBudget() { return *current_budget; }
 
 MemoryBudgetScope::MemoryBudgetScope(std::shared_ptr<MemoryBudget> budget)
-    : previous_(std::move(current_budget)) {
-  current_budget = std::move(budget);
+    : owned_(std::move(budget)), previous_(current_budget) {
+  current_budget = &owned_;
 }
 
-MemoryBudgetScope::~MemoryBudgetScope() { current_budget = std::move(previous_); }
+MemoryBudgetScope::MemoryBudgetScope(const std::shared_ptr<MemoryBudget>* budget)
+    : previous_(current_budget) {
+  current_budget = budget;
+}
+
+MemoryBudgetScope::~MemoryBudgetScope() { current_budget = previous_; }
 
 }  // namespace gradserve

@@ -41,16 +41,21 @@ class MemoryBudget {
 // The budget charged by allocations on this thread; null means unaccounted.
 const std::shared_ptr<MemoryBudget>& CurrentMemoryBudget();
 
-// Makes budget current on this thread for the scope's lifetime.
+// Makes a budget current on this thread for the scope's lifetime.
 class MemoryBudgetScope {
  public:
+  // The scope keeps budget alive.
   explicit MemoryBudgetScope(std::shared_ptr<MemoryBudget> budget);
+  // Borrows *budget, which must outlive the scope: no reference count is touched, which keeps
+  // the Engine's per-Node scope free.
+  explicit MemoryBudgetScope(const std::shared_ptr<MemoryBudget>* budget);
   ~MemoryBudgetScope();
   MemoryBudgetScope(const MemoryBudgetScope&) = delete;
   MemoryBudgetScope& operator=(const MemoryBudgetScope&) = delete;
 
  private:
-  std::shared_ptr<MemoryBudget> previous_;
+  std::shared_ptr<MemoryBudget> owned_;
+  const std::shared_ptr<MemoryBudget>* previous_;
 };
 
 }  // namespace gradserve
