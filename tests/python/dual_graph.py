@@ -50,7 +50,8 @@ def _conv2d(x, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1)
     return F.conv2d(x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups)
 
 
-def _embedding(indices, weight, padding_idx=None):
+def _embedding(weight, indices, padding_idx=None):
+    # gradserve follows aten's torch.embedding(weight, indices) argument order.
     return F.embedding(indices, weight, padding_idx=padding_idx)
 
 
@@ -88,6 +89,8 @@ TORCH_OPS = {
     label_smoothing=0.0: F.cross_entropy(x, target, reduction=reduction,
                                          ignore_index=ignore_index,
                                          label_smoothing=label_smoothing),
+    "nll_loss": lambda x, target, reduction="mean", ignore_index=-100: F.nll_loss(
+        x, target, reduction=reduction, ignore_index=ignore_index),
     "mse_loss": lambda x, target, reduction="mean": F.mse_loss(x, target, reduction=reduction),
     "layer_norm": _layer_norm,
     "embedding": _embedding,
@@ -154,7 +157,7 @@ class DualGraph:
                                     [self.values[w] for w in wrt],
                                     [self.values[s] for s in grad_outputs],
                                     create_graph=True, allow_unused=True)
-        self.builder.op("grad", roots + grad_outputs, out=names, wrt=wrt,
+        self.builder.op("grad", roots, out=names, wrt=wrt,
                         grad_outputs=grad_outputs, allow_unused=True, materialize_grads=True)
         for name, w, g in zip(names, wrt, grads):
             self.values[name] = torch.zeros_like(self.values[w]) if g is None else g

@@ -8,8 +8,9 @@ far, creating leaves where an op needs a particular shape (a broadcasting partne
 operand, indices, targets, conv weights). Shapes have ranks 0 to 4 and sizes 1 to 4, so 0-d
 tensors, size-1 dims and broadcasting are common. Since PyTorch evaluates each op as it is
 added, the generator knows every value and keeps the graph numerically tame: log, sqrt, rsqrt
-and pow get positive inputs, div a denominator away from zero, and an op whose result is not
-finite or exceeds MAX_ABS is dropped.
+and pow get positive inputs, div a denominator away from zero, clamp bounds that no value
+equals, float32 layer_norm only well-conditioned groups, and an op whose result is not finite or
+exceeds MAX_ABS is dropped.
 
 Then it adds one or two backward calls: grad semantics over one to three roots with random
 seeds, returning gradients for every grad leaf and some intermediate values (allow_unused),
@@ -27,6 +28,7 @@ from dual_graph import DualGraph, to_numpy
 
 MAX_ABS = 1e3
 MAX_OPS = 9
+MIN_NORM_VARIANCE = 0.05  # float32 layer_norm groups; see well_conditioned_norm
 
 
 class RandomGraph:
@@ -115,7 +117,7 @@ class RandomGraph:
                 return None
         name = self.g.add(op, inputs, result, no_grad=no_grad, **attrs)
         self.ops_used.append(op)
-        if result.dtype == self.value(inputs[0]).dtype or op == "embedding":
+        if result.is_floating_point():
             self.floats.append(name)
         return name
 
@@ -189,13 +191,25 @@ class RandomGraph:
             if self.coin(0.5):
                 attrs["threshold"] = float(self.choice([0.5, 1.0, 20.0]))
         elif op == "clamp":
-            lo, hi = (np.quantile(to_numpy(v), [0.25, 0.75]) if v.numel() else (-0.5, 0.5))
+            lo, hi = self.bounds_between_values(to_numpy(v))
             which = self.choice(["min", "max", "both"])
             if which in ("min", "both"):
                 attrs["min"] = float(lo)
             if which in ("max", "both"):
                 attrs["max"] = float(hi)
         return x and self.try_op(op, [x], **attrs)
+
+    def bounds_between_values(self, values):
+        """Two clamp bounds, each midway between distinct values, so that no value lies on a
+        bound: a bound equal to a computed value would make the gradient depend on the last
+        bit of that value, which may differ between any two implementations."""
+        points = np.unique(values)
+        if points.size < 2:
+            centre = float(points[0]) if points.size else 0.0
+            return centre - 0.25, centre + 0.25
+        mids = (points[:-1] + points[1:]) / 2
+        lo, hi = sorted(self.rng.choice(mids, size=2))
+        return float(lo), float(hi)
 
     def where(self):
         x = self.pick()
@@ -341,6 +355,8 @@ class RandomGraph:
             s = self.shape(x)
             k = int(self.rng.integers(1, min(len(s), 2) + 1))
             norm = list(s[-k:])
+            if self.dtype == np.float32 and not self.well_conditioned_norm(x, k):
+                return None
             inputs = [x]
             if self.coin(0.7):
                 inputs.append(self.leaf(tuple(norm), requires_grad=True))
@@ -358,8 +374,18 @@ class RandomGraph:
             attrs = {}
             if self.coin(0.3):
                 attrs["padding_idx"] = int(self.rng.integers(-vocab, vocab))
-            return self.try_op(op, [indices, weight], **attrs)
+            return self.try_op(op, [weight, indices], **attrs)
         return self.conv2d()
+
+    def well_conditioned_norm(self, x, k):
+        """Whether every group layer_norm would normalize over x's last k dims has a variance of
+        at least MIN_NORM_VARIANCE. Below it 1/sqrt(var + eps) amplifies float32 rounding past
+        the tolerance (a single-element group's output is pure rounding noise in PyTorch)."""
+        v = self.value(x).detach().double()
+        if v.numel() == 0:
+            return True
+        dims = tuple(range(v.dim() - k, v.dim()))
+        return bool(v.var(dim=dims, unbiased=False).min() >= MIN_NORM_VARIANCE)
 
     def cross_entropy(self):
         x = self.pick(min_rank=1)
@@ -377,6 +403,9 @@ class RandomGraph:
                 attrs.pop("ignore_index")
         if self.coin(0.6):
             attrs["reduction"] = self.choice(["none", "mean", "sum"])
+        if self.coin(0.25):  # nll_loss on log-probabilities; PyTorch's cross_entropy, in two ops
+            y = self.try_op("log_softmax", [x], dim=0 if len(s) == 1 else 1)
+            return y and self.try_op("nll_loss", [y, self.g.leaf(target)], **attrs)
         if self.coin(0.3):
             attrs["label_smoothing"] = 0.1
         return self.try_op("cross_entropy", [x, self.g.leaf(target)], **attrs)
@@ -454,10 +483,11 @@ class RandomGraph:
             return
         seed = self.g.leaf(self.seed_for(root))
         grads = self.g.grad_op([root], leaves, [seed])
-        total = None
+        # sum(root * seed) keeps the total differentiable where every second derivative is
+        # structurally zero: PyTorch then still marks the gradients as requiring grad (its
+        # backward ops take inputs they do not depend on), gradserve does not.
+        total = self.g.op("sum", [self.g.op("mul", [root, seed])])
         for name, g in zip(leaves, grads):
             v = self.g.leaf(self.seed_for(name))
-            term = self.g.op("sum", [self.g.op("mul", [g, v])])
-            total = term if total is None else self.g.op("add", [total, term])
-        if self.value(total).requires_grad:
-            self.g.grad_call([total], leaves, none_as_zero=True)
+            total = self.g.op("add", [total, self.g.op("sum", [self.g.op("mul", [g, v])])])
+        self.g.grad_call([total], leaves, none_as_zero=True)

@@ -1,6 +1,6 @@
 """Parity of gradserve's gradients with PyTorch's, through a real server.
 
-RandomGraphParityTest sends GRADSERVE_PARITY_GRAPHS (default 600) random graphs over the whole
+RandomGraphParityTest sends GRADSERVE_PARITY_GRAPHS (default 1500) random graphs over the whole
 op set (graph_gen.py), half float32 and half float64, seeded from GRADSERVE_PARITY_SEED
 (default 0), and compares every gradient and root value with PyTorch's: the error
 max|got - ref| / max(max|ref|, 1) must be at most 1e-10 in float64 and 1e-5 in float32. The
@@ -62,7 +62,7 @@ class ServerTestCase(unittest.TestCase):
 
 
 class RandomGraphParityTest(ServerTestCase):
-    GRAPHS = int(os.environ.get("GRADSERVE_PARITY_GRAPHS", "600"))
+    GRAPHS = int(os.environ.get("GRADSERVE_PARITY_GRAPHS", "1500"))
     SEED = int(os.environ.get("GRADSERVE_PARITY_SEED", "0"))
     TIME_LIMIT_S = 300  # a bound, not an expectation: the run takes seconds
 
@@ -111,8 +111,9 @@ class RandomGraphParityTest(ServerTestCase):
                   file=sys.stderr)
         print("parity: op coverage: " + ", ".join(
             f"{op} {n}" for op, n in sorted(coverage.items())), file=sys.stderr)
-        self.assertFalse(failures, f"{len(failures)} graphs differ from PyTorch; first ones:\n"
-                         + "\n".join(failures[:8]))
+        if failures:
+            self.fail(f"{len(failures)} graphs differ from PyTorch; first ones:\n"
+                      + "\n".join(failures[:8]))
 
 
 def leaf(g, shape, seed, dtype=np.float64, requires_grad=True, name=None):
@@ -171,7 +172,7 @@ class HandWrittenParityTest(ServerTestCase):
         x = leaf(g, (3,), 10)
         unused = leaf(g, (2, 2), 11)
         loss = g.op("sum", [g.op("exp", [x])])
-        g.grad_call([loss], [x, unused])
+        g.grad_call([loss], [x, unused], retain_graph=True)
         g.grad_call([loss], [x, unused], none_as_zero=True)
         result = self.run_dual(g)
         self.assertEqual(result.calls[0].connected, {x: True, unused: False})
