@@ -186,9 +186,10 @@ absl::StatusOr<HostTensor> HostTensor::FromProto(const v1::Tensor& tensor) {
 }
 
 std::string FormatTensor(const HostTensor& tensor, int max_elements) {
-  std::string out = absl::StrCat(DTypeName(tensor.dtype), "[", absl::StrJoin(tensor.shape, ", "),
-                                 "]");
-  if (!tensor.device.empty() && tensor.device != "cpu") absl::StrAppend(&out, " on ", tensor.device);
+  std::string out =
+      absl::StrCat(DTypeName(tensor.dtype), "[", absl::StrJoin(tensor.shape, ", "), "]");
+  if (!tensor.device.empty() && tensor.device != "cpu")
+    absl::StrAppend(&out, " on ", tensor.device);
   const std::vector<double> values = tensor.ToDoubles();
   if (values.empty() && tensor.numel() != 0) return absl::StrCat(out, " <malformed data>");
   out += " ";
@@ -207,7 +208,7 @@ std::string FormatTensor(const HostTensor& tensor, int max_elements) {
     out += "[";
     for (int64_t i = 0; i < tensor.shape[d]; ++i) {
       if (written >= max_elements) {
-        out += "...";
+        out += i > 0 ? ", ..." : "...";
         break;
       }
       if (i > 0) out += ", ";
@@ -426,8 +427,7 @@ absl::StatusOr<v1::GradResponse> Client::Unary(const v1::GradRequest& request,
 }
 
 absl::StatusOr<v1::GradResponse> Client::Streamed(const v1::GradRequest& request,
-                                                  const CallOptions& options,
-                                                  int64_t max_message) {
+                                                  const CallOptions& options, int64_t max_message) {
   const int64_t chunk_bytes =
       std::max<int64_t>(1, std::min(options_.chunk_bytes, max_message - kFramingBytes));
   std::string bytes;

@@ -101,8 +101,8 @@ class RequestBuilder {
 // Results as plain structs.
 struct Gradient {
   std::string name;
-  bool connected = false;              // reached from the roots
-  std::optional<HostTensor> value;     // absent if not connected and not materialized
+  bool connected = false;           // reached from the roots
+  std::optional<HostTensor> value;  // absent if not connected and not materialized
 };
 struct CallGradients {
   std::vector<Gradient> gradients;
@@ -111,7 +111,7 @@ struct CallGradients {
 };
 struct GradResult {
   std::string request_id;
-  std::vector<CallGradients> calls;                       // one per backward call
+  std::vector<CallGradients> calls;                        // one per backward call
   std::vector<std::pair<std::string, HostTensor>> values;  // the requested forward values
   v1::Timings timings;
   int64_t num_nodes = 0;

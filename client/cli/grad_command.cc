@@ -56,11 +56,11 @@ void PrintResult(const client::GradResult& r) {
   for (const auto& [name, value] : r.values) {
     std::printf("value %s: %s\n", name.c_str(), client::FormatTensor(value, max_elements).c_str());
   }
-  std::printf("nodes %lld; server time: queue %.3f ms, forward %.3f ms, backward %.3f ms, "
-              "total %.3f ms\n",
-              static_cast<long long>(r.num_nodes), r.timings.queue_us() / 1e3,
-              r.timings.forward_us() / 1e3, r.timings.backward_us() / 1e3,
-              r.timings.total_us() / 1e3);
+  std::printf(
+      "nodes %lld; server time: queue %.3f ms, forward %.3f ms, backward %.3f ms, "
+      "total %.3f ms\n",
+      static_cast<long long>(r.num_nodes), r.timings.queue_us() / 1e3, r.timings.forward_us() / 1e3,
+      r.timings.backward_us() / 1e3, r.timings.total_us() / 1e3);
 }
 
 int RunGrad(const std::vector<std::string>& args) {

@@ -32,28 +32,26 @@ const char* DTypeShortName(int dtype) {
 void PrintInfo(const client::v1::ServerInfo& info) {
   const client::v1::Limits& l = info.limits();
   std::printf("gradserve-server %s\n", info.version().c_str());
-  std::printf("limits: message %lld B, request %lld B, ops %lld, leaves %lld, tensor %lld "
-              "elements, memory %lld B per request, nesting %lld, backward calls %lld, in flight "
-              "%lld\n",
-              static_cast<long long>(l.max_message_bytes()),
-              static_cast<long long>(l.max_request_bytes()), static_cast<long long>(l.max_ops()),
-              static_cast<long long>(l.max_leaves()),
-              static_cast<long long>(l.max_tensor_elements()),
-              static_cast<long long>(l.max_memory_bytes()),
-              static_cast<long long>(l.max_nesting()),
-              static_cast<long long>(l.max_backward_calls()),
-              static_cast<long long>(l.max_in_flight()));
+  std::printf(
+      "limits: message %lld B, request %lld B, ops %lld, leaves %lld, tensor %lld "
+      "elements, memory %lld B per request, nesting %lld, backward calls %lld, in flight "
+      "%lld\n",
+      static_cast<long long>(l.max_message_bytes()), static_cast<long long>(l.max_request_bytes()),
+      static_cast<long long>(l.max_ops()), static_cast<long long>(l.max_leaves()),
+      static_cast<long long>(l.max_tensor_elements()), static_cast<long long>(l.max_memory_bytes()),
+      static_cast<long long>(l.max_nesting()), static_cast<long long>(l.max_backward_calls()),
+      static_cast<long long>(l.max_in_flight()));
   std::printf("devices:\n");
   for (const auto& d : info.devices()) {
     std::printf("  %-8s %s\n", d.name().c_str(), d.description().c_str());
   }
   const client::v1::Counters& c = info.counters();
-  std::printf("requests: %lld total, %lld ok, %lld failed, %lld rejected, %lld in flight; "
-              "uptime %.1f s\n",
-              static_cast<long long>(c.requests_total()), static_cast<long long>(c.requests_ok()),
-              static_cast<long long>(c.requests_failed()),
-              static_cast<long long>(c.requests_rejected()),
-              static_cast<long long>(c.in_flight()), c.uptime_us() / 1e6);
+  std::printf(
+      "requests: %lld total, %lld ok, %lld failed, %lld rejected, %lld in flight; "
+      "uptime %.1f s\n",
+      static_cast<long long>(c.requests_total()), static_cast<long long>(c.requests_ok()),
+      static_cast<long long>(c.requests_failed()), static_cast<long long>(c.requests_rejected()),
+      static_cast<long long>(c.in_flight()), c.uptime_us() / 1e6);
   if (!absl::GetFlag(FLAGS_ops)) {
     std::vector<std::string> names;
     for (const auto& op : info.ops()) names.push_back(op.name());
@@ -63,9 +61,8 @@ void PrintInfo(const client::v1::ServerInfo& info) {
   for (const auto& op : info.ops()) {
     std::vector<std::string> dtypes;
     for (int d : op.dtypes()) dtypes.push_back(DTypeShortName(d));
-    std::printf("%s(%s%s) [%s]: %s\n", op.name().c_str(),
-                absl::StrJoin(op.inputs(), ", ").c_str(), op.variadic() ? "..." : "",
-                absl::StrJoin(dtypes, ", ").c_str(), op.doc().c_str());
+    std::printf("%s(%s%s) [%s]: %s\n", op.name().c_str(), absl::StrJoin(op.inputs(), ", ").c_str(),
+                op.variadic() ? "..." : "", absl::StrJoin(dtypes, ", ").c_str(), op.doc().c_str());
     for (const auto& a : op.attrs()) {
       std::printf("    %s: %s%s  %s\n", a.name().c_str(), a.type().c_str(),
                   a.required() ? " (required)" : "", a.doc().c_str());

@@ -34,7 +34,8 @@ int RunPing(const std::vector<std::string>& args) {
     absl::StatusOr<std::string> echo = client->Ping(payload, CallOptionsFromFlags());
     if (!echo.ok()) return ReportError("ping", echo.status());
     if (*echo != payload) {
-      return ReportError("ping", absl::DataLossError("the echoed payload differs from the one sent"));
+      return ReportError("ping",
+                         absl::DataLossError("the echoed payload differs from the one sent"));
     }
     ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
     std::printf("ping %d: %.3f ms\n", i, ms.back());
