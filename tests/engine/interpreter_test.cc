@@ -132,10 +132,10 @@ std::vector<BadGraphCase> BadGraphCases() {
                    kInvalid,
                    {"op #0 (reshape -> 'r'): missing required attribute 'shape'"}});
   cases.push_back({"WrongInputCount",
-                   Base().Op("mul", {"x"}, {"h"}).Build(),
+                   Base().Op("tanh", {"x", "c"}, {"t"}).Build(),
                    {},
                    kInvalid,
-                   {"op #0 (mul -> 'h'): mul takes 2 input(s)", "got 1"}});
+                   {"op #0 (tanh -> 't'): tanh takes 1 input(s) (input), got 2"}});
   cases.push_back({"WrongOutputCount",
                    Base().Op("mul", {"x", "c"}, {"h", "k"}).Build(),
                    {},
