@@ -38,6 +38,16 @@ def _operand(fn, name):
     return run
 
 
+def _gelu(x, approximate="none"):
+    y = F.gelu(x, approximate=approximate)
+    if y.requires_grad:
+        # Debian's PyTorch 1.13 computes float32 gelu_backward (approximate="none") wrongly
+        # when the incoming gradient is not contiguous (e.g. from matmul with a 1-d operand);
+        # handing it a contiguous copy gives PyTorch's own formula on correct data.
+        y.register_hook(lambda grad: grad.contiguous())
+    return y
+
+
 def _squeeze(x, dim=None):
     return x.squeeze() if dim is None else x.squeeze(dim)
 
@@ -65,7 +75,7 @@ TORCH_OPS = {
     "neg": torch.neg, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt,
     "rsqrt": torch.rsqrt, "abs": torch.abs, "sin": torch.sin, "cos": torch.cos,
     "tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": torch.relu,
-    "gelu": lambda x, approximate="none": F.gelu(x, approximate=approximate),
+    "gelu": _gelu,
     "softplus": lambda x, beta=1.0, threshold=20.0: F.softplus(x, beta, threshold),
     "clamp": lambda x, min=None, max=None: torch.clamp(x, min, max),
     "where": torch.where,
