@@ -1,0 +1,204 @@
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "engine/autograd/autograd.h"
+#include "engine/autograd/node.h"
+#include "engine/ops/linalg.h"
+#include "engine/ops/op_registry.h"
+#include "gtest/gtest.h"
+#include "tests/engine/gradcheck.h"
+
+namespace gradserve::ops {
+namespace {
+
+using ::gradserve::testing::GradCheck;
+using ::gradserve::testing::GradGradCheck;
+using ::gradserve::testing::RandomInput;
+
+std::vector<double> Values(const Tensor& t) {
+  return ::gradserve::testing::gradcheck_internal::Values(t);
+}
+
+void ExpectValues(const Tensor& t, const std::vector<double>& expected, double tol = 1e-12) {
+  const std::vector<double> got = Values(t);
+  ASSERT_EQ(got.size(), expected.size()) << t.DebugString();
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], expected[i], tol * std::max(1.0, std::abs(expected[i]))) << i;
+  }
+}
+
+template <typename Fn>
+void ExpectInvalid(Fn&& fn, const std::string& part) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected INVALID_ARGUMENT containing '" << part << "'";
+  } catch (const StatusError& e) {
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << e.status();
+    EXPECT_NE(std::string(e.status().message()).find(part), std::string::npos) << e.status();
+  }
+}
+
+// A reference matmul over contiguous float64 data for 2-d operands.
+std::vector<double> Reference(const Tensor& a, const Tensor& b) {
+  const std::vector<double> va = Values(a), vb = Values(b);
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  std::vector<double> out(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t p = 0; p < k; ++p) out[i * n + j] += va[i * k + p] * vb[p * n + j];
+    }
+  }
+  return out;
+}
+
+struct MatmulShapes {
+  Shape a, b, out;
+};
+
+const std::vector<MatmulShapes> kShapes = {
+    {{3}, {3}, {}},                           // dot
+    {{2, 3}, {3}, {2}},                       // matrix-vector
+    {{3}, {3, 4}, {4}},                       // vector-matrix
+    {{2, 3}, {3, 4}, {2, 4}},                 // matrices
+    {{2, 2, 3}, {3, 4}, {2, 2, 4}},           // batched times matrix
+    {{3, 2}, {2, 2, 4}, {2, 3, 4}},           // matrix times batched
+    {{2, 2, 3}, {2, 3, 4}, {2, 2, 4}},        // batched
+    {{2, 1, 2, 3}, {3, 3, 2}, {2, 3, 2, 2}},  // broadcast batch dims
+    {{3}, {2, 3, 4}, {2, 4}},                 // vector times batched
+    {{2, 2, 3}, {3}, {2, 2}},                 // batched times vector
+    {{1, 3}, {3, 1}, {1, 1}},                 // size-1 dims
+    {{0, 3}, {3, 4}, {0, 4}},                 // zero rows
+    {{2, 0}, {0, 4}, {2, 4}},                 // zero inner size: zeros
+    {{2, 3}, {3, 0}, {2, 0}},                 // zero columns
+    {{0}, {0}, {}},                           // empty dot
+    {{0, 2, 3}, {3, 2}, {0, 2, 2}},           // zero batch
+};
+
+TEST(MatmulTest, ShapesFollowTorchMatmul) {
+  uint32_t seed = 1;
+  for (const MatmulShapes& s : kShapes) {
+    Tensor out = matmul(RandomInput(s.a, seed++), RandomInput(s.b, seed++));
+    EXPECT_EQ(out.shape(), s.out) << ShapeToString(s.a) << " @ " << ShapeToString(s.b);
+  }
+}
+
+TEST(MatmulTest, GradCheckAndGradGradCheck) {
+  uint32_t seed = 100;
+  for (const MatmulShapes& s : kShapes) {
+    Tensor a = RandomInput(s.a, seed++);
+    Tensor b = RandomInput(s.b, seed++);
+    auto fn = [](const TensorList& in) { return TensorList{matmul(in[0], in[1])}; };
+    EXPECT_TRUE(GradCheck(fn, {a, b})) << ShapeToString(s.a) << " @ " << ShapeToString(s.b);
+    EXPECT_TRUE(GradGradCheck(fn, {a, b})) << ShapeToString(s.a) << " @ " << ShapeToString(s.b);
+  }
+}
+
+TEST(MatmulTest, GradCheckWithOneConstantOperand) {
+  auto fn = [](const TensorList& in) { return TensorList{matmul(in[0], in[1])}; };
+  EXPECT_TRUE(GradCheck(fn, {RandomInput({2, 3}, 1), RandomInput({3, 2}, 2, -1, 1, false)}));
+  EXPECT_TRUE(GradGradCheck(fn, {RandomInput({3}, 3, -1, 1, false), RandomInput({2, 3, 2}, 4)}));
+}
+
+TEST(MatmulTest, HandComputedValues) {
+  Tensor a = Tensor::FromVector<double>({1, 2, 3, 4}, {2, 2});
+  Tensor b = Tensor::FromVector<double>({5, 6, 7, 8}, {2, 2});
+  ExpectValues(matmul(a, b), {19, 22, 43, 50});
+  Tensor v = Tensor::FromVector<double>({1, -1}, {2});
+  ExpectValues(matmul(a, v), {-1, -1});
+  ExpectValues(matmul(v, a), {-2, -2});
+  ExpectValues(matmul(v, v), {2});
+  ExpectValues(
+      matmul(Tensor::Zeros({2, 0}, DType::kFloat64), Tensor::Zeros({0, 3}, DType::kFloat64)),
+      {0, 0, 0, 0, 0, 0});
+}
+
+TEST(MatmulTest, TransposedAndStridedOperands) {
+  Tensor base = RandomInput({4, 3}, 5, -1, 1, false);
+  Tensor other = RandomInput({4, 5}, 6, -1, 1, false);
+  Tensor transposed = base.AsStrided({3, 4}, {1, 3}, 0);  // column-major: BLAS transposes
+  ExpectValues(matmul(transposed, other), Reference(transposed.contiguous(), other), 1e-12);
+  // Every other column: neither row- nor column-major, so it is packed first.
+  Tensor wide = RandomInput({3, 8}, 7, -1, 1, false);
+  Tensor every_other = wide.AsStrided({3, 4}, {8, 2}, 0);
+  ExpectValues(matmul(every_other, other), Reference(every_other.contiguous(), other), 1e-12);
+  // A broadcast (stride 0) operand.
+  Tensor row = RandomInput({1, 4}, 8, -1, 1, false);
+  Tensor repeated = row.AsStrided({3, 4}, {0, 1}, 0);
+  ExpectValues(matmul(repeated, other), Reference(repeated.contiguous(), other), 1e-12);
+}
+
+TEST(MatmulTest, Float32AgreesWithFloat64) {
+  Tensor a = RandomInput({2, 16, 32}, 1, -1, 1, false);
+  Tensor b = RandomInput({32, 8}, 2, -1, 1, false);
+  Tensor y = matmul(a.To(DType::kFloat32), b.To(DType::kFloat32));
+  EXPECT_EQ(y.dtype(), DType::kFloat32);
+  const std::vector<double> expected = Values(matmul(a, b));
+  const std::vector<double> got = Values(y);
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-5);
+}
+
+TEST(MatmulTest, Int64) {
+  Tensor a = Tensor::FromVector<int64_t>({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor b = Tensor::FromVector<int64_t>({1, 0, 0, 1, 1, 1}, {3, 2});
+  Tensor y = matmul(a, b);
+  EXPECT_EQ(y.dtype(), DType::kInt64);
+  ExpectValues(y, {4, 5, 10, 11});
+  ExpectValues(matmul(Tensor::FromVector<int64_t>({1, 2, 3}, {3}), a.AsStrided({3, 2}, {1, 3}, 0)),
+               {14, 32});
+}
+
+TEST(MatmulTest, InvalidArguments) {
+  Tensor a = RandomInput({2, 3}, 1);
+  ExpectInvalid(
+      [&] {
+        matmul(a, RandomInput({4, 5}, 2));
+      },
+      "matmul: shapes [2, 3] and [4, 5] cannot be multiplied (3 != 4)");
+  ExpectInvalid([&] { matmul(RandomInput({3}, 1), RandomInput({4}, 2)); },
+                "matmul: shapes [3] and [4] cannot be multiplied");
+  ExpectInvalid([&] { matmul(Tensor::Scalar(1, DType::kFloat64), a); },
+                "matmul: both arguments need at least 1 dimension");
+  ExpectInvalid(
+      [&] {
+        matmul(a, RandomInput({3, 2}, 2).To(DType::kFloat32));
+      },
+      "matmul: input and other must have the same dtype, got float64 and float32");
+  ExpectInvalid(
+      [&] {
+        matmul(RandomInput({2, 2, 3}, 1), RandomInput({3, 3, 2}, 2));
+      },
+      "matmul: shapes [2] and [3] cannot be broadcast");
+  Tensor flags = Tensor::FromVector<bool>({true, false}, {2});
+  ExpectInvalid([&] { matmul(flags, flags); }, "matmul: bool tensors are not supported");
+}
+
+TEST(MatmulTest, BackwardNodeNames) {
+  Tensor m = RandomInput({2, 2}, 1);
+  Tensor v = RandomInput({2}, 2);
+  Tensor b = RandomInput({3, 2, 2}, 3);
+  EXPECT_EQ(matmul(v, v).grad_fn()->name(), "DotBackward0");
+  EXPECT_EQ(matmul(m, v).grad_fn()->name(), "MvBackward0");
+  EXPECT_EQ(matmul(m, m).grad_fn()->name(), "MmBackward0");
+  EXPECT_EQ(matmul(b, b).grad_fn()->name(), "BmmBackward0");
+}
+
+TEST(MatmulTest, HandComputedGradients) {
+  Tensor a = Tensor::FromVector<double>({1, 2, 3, 4}, {2, 2});
+  a.set_requires_grad(true);
+  Tensor b = Tensor::FromVector<double>({5, 6, 7, 8}, {2, 2});
+  b.set_requires_grad(true);
+  absl::StatusOr<TensorList> g =
+      autograd::Grad({matmul(a, b)}, {Tensor::Full({2, 2}, 1, DType::kFloat64)}, {a, b}, {});
+  ASSERT_TRUE(g.ok()) << g.status();
+  ExpectValues((*g)[0], {11, 15, 11, 15});  // ones @ b^T
+  ExpectValues((*g)[1], {4, 4, 6, 6});      // a^T @ ones
+}
+
+TEST(MatmulTest, RunsThroughTheRegistry) {
+  Tensor a = Tensor::FromVector<double>({1, 2, 3, 4}, {2, 2});
+  ExpectValues(OpRegistry::Get().Find("matmul")->run({a, a}, Attrs())[0], {7, 10, 15, 22});
+}
+
+}  // namespace
+}  // namespace gradserve::ops
