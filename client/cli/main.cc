@@ -11,11 +11,14 @@
 #include "client/cli/command.h"
 
 namespace gradserve::cli {
+
+Command LoadCommand();  // load_command.cc
+
 namespace {
 
 // Every subcommand, in the order `gradserve --help` lists them.
 std::vector<Command> AllCommands() {
-  return {GradCommand(), InfoCommand(), HealthCommand(), PingCommand()};
+  return {GradCommand(), InfoCommand(), HealthCommand(), PingCommand(), LoadCommand()};
 }
 
 bool IsHelp(const std::string& arg) {

@@ -1,0 +1,71 @@
+// echo_server: the bare gRPC baseline of bench/run. One unary method, gradserve.bench.Echo/Echo,
+// answers with the bytes it received, on gRPC's callback API (as gradserve-server uses), with
+// no message size limit. Prints "listening on HOST:PORT" on stdout once it serves; stops on
+// SIGTERM or SIGINT.
+//
+// Usage: echo_server [--listen=127.0.0.1:0]
+
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "bench/echo.grpc.pb.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port to serve on; port 0 picks a free one.");
+
+namespace gradserve::bench {
+namespace {
+
+// Thread safety: stateless; gRPC runs Echo on its callback threads at once.
+class EchoService final : public Echo::CallbackService {
+  grpc::ServerUnaryReactor* Echo(grpc::CallbackServerContext* context, const EchoMessage* request,
+                                 EchoMessage* response) override {
+    response->set_payload(request->payload());
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+};
+
+int Main() {
+  // Only this thread takes the stop signals (threads inherit the mask), with sigwait.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  EchoService service;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::fprintf(stderr, "echo_server: cannot listen on %s\n", listen.c_str());
+    return 1;
+  }
+  std::printf("listening on %s:%d\n", listen.substr(0, listen.rfind(':')).c_str(), port);
+  std::fflush(stdout);
+  int signal_number = 0;
+  sigwait(&stop, &signal_number);
+  server->Shutdown();
+  return 0;
+}
+
+}  // namespace
+}  // namespace gradserve::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return gradserve::bench::Main();
+}

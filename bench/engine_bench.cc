@@ -1,0 +1,190 @@
+// engine_bench: the engine scenarios of DESIGN.md section 6, built with the ops' C++ API and
+// timed backward only: from autograd::Grad's call to its return (Engine::execute to the
+// GraphTask's future resolved). Each repetition records a fresh graph (not timed), since a
+// backward without retain_graph frees it. Prints one JSON object per line; bench/run reads
+// them and torch_engine.py prints the same for PyTorch.
+//
+//   engine_bench --scenario=all --repeats=7 --threads=1
+//   engine_bench --scenario=mlp --memory   (run once in this fresh process; report its memory)
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "cblas.h"
+#include "engine/autograd/autograd.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/linalg.h"
+#include "engine/ops/reductions.h"
+#include "engine/tensor/memory_budget.h"
+#include "engine/tensor/tensor.h"
+
+ABSL_FLAG(std::string, scenario, "all", "chain_10k, fanin_2k, mlp or all.");
+ABSL_FLAG(int, repeats, 7, "Timed backward passes per scenario; the median is reported.");
+ABSL_FLAG(int, warmup, 1, "Untimed passes before them.");
+ABSL_FLAG(int, threads, 1, "OpenBLAS threads (the engine's own CPU work is on one thread).");
+ABSL_FLAG(bool, memory, false,
+          "Run the scenario once and report this process's peak memory instead of times.");
+
+namespace gradserve::bench {
+namespace {
+
+// A recorded graph: the loss to differentiate and the inputs to differentiate it by.
+struct Graph {
+  Tensor loss;
+  TensorList inputs;
+};
+
+Tensor Leaf(Tensor t) {
+  t.set_requires_grad(true);
+  return t;
+}
+
+// n floats in [-scale, scale) from a fixed sequence.
+Tensor Values(std::vector<int64_t> shape, float scale, uint64_t seed) {
+  Tensor t = Tensor::Empty(shape, DType::kFloat32);
+  uint64_t state = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+  float* data = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    data[i] = static_cast<float>((2 * (static_cast<double>(state >> 11) * 0x1.0p-53) - 1) * scale);
+  }
+  return t;
+}
+
+// x = [0.5]; 10 000 times y = tanh(y * 1.0001); loss = y.sum().
+Graph Chain10k() {
+  Tensor x = Leaf(Tensor::Full({1}, 0.5, DType::kFloat32));
+  Tensor y = x;
+  for (int i = 0; i < 10'000; ++i) y = ops::tanh(ops::mul(y, 1.0001));
+  return {ops::sum(y), {x}};
+}
+
+// x = 16 floats; acc = x * 0; 2000 times acc = acc + sin(x * (1 + i * 1e-3)); loss = acc.sum().
+Graph Fanin2k() {
+  Tensor x = Leaf(Values({16}, 1, 3));
+  Tensor acc = ops::mul(x, 0.0);
+  for (int i = 0; i < 2000; ++i) acc = ops::add(acc, ops::sin(ops::mul(x, 1 + i * 1e-3)));
+  return {ops::sum(acc), {x}};
+}
+
+// x = [256, 1024] (no grad); four [1024, 1024] weights; h = relu(h @ w); loss = h.sum().
+Graph Mlp() {
+  Tensor h = Values({256, 1024}, 1, 4);
+  TensorList weights;
+  for (int layer = 0; layer < 4; ++layer) {
+    weights.push_back(Leaf(Values({1024, 1024}, 1.0f / 32, 10 + layer)));
+    h = ops::relu(ops::matmul(h, weights.back()));
+  }
+  return {ops::sum(h), weights};
+}
+
+Graph Build(const std::string& scenario) {
+  if (scenario == "chain_10k") return Chain10k();
+  if (scenario == "fanin_2k") return Fanin2k();
+  return Mlp();
+}
+
+// Times one backward pass of a fresh graph, in milliseconds. The graph is torn down after the
+// clock stops.
+double TimeBackward(const std::string& scenario) {
+  Graph g = Build(scenario);
+  autograd::BackwardOptions options;
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<TensorList> grads = autograd::Grad({g.loss}, {Tensor()}, g.inputs, options);
+  const auto end = std::chrono::steady_clock::now();
+  if (!grads.ok()) {
+    std::fprintf(stderr, "engine_bench: %s: %s\n", scenario.c_str(),
+                 grads.status().ToString().c_str());
+    std::exit(1);
+  }
+  return std::chrono::duration<double, std::milli>(end - start).count();
+}
+
+int64_t ResidentKb() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+void Times(const std::string& scenario, int repeats, int warmup, int threads) {
+  for (int i = 0; i < warmup; ++i) TimeBackward(scenario);
+  std::vector<double> ms;
+  for (int i = 0; i < repeats; ++i) ms.push_back(TimeBackward(scenario));
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  std::printf(
+      "{\"impl\": \"gradserve\", \"scenario\": \"%s\", \"threads\": %d, "
+      "\"median_ms\": %.4f, \"times_ms\": [%s]}\n",
+      scenario.c_str(), threads, sorted[sorted.size() / 2],
+      absl::StrJoin(ms, ", ", [](std::string* out, double v) {
+        absl::StrAppendFormat(out, "%.4f", v);
+      }).c_str());
+  std::fflush(stdout);
+}
+
+// Forward and backward once, under a MemoryBudget, in this fresh process.
+void Memory(const std::string& scenario, int threads) {
+  const int64_t before_kb = ResidentKb();
+  auto budget = std::make_shared<MemoryBudget>();
+  {
+    MemoryBudgetScope scope(budget);
+    Graph g = Build(scenario);
+    autograd::BackwardOptions options;
+    options.budget = budget;
+    absl::StatusOr<TensorList> grads = autograd::Grad({g.loss}, {Tensor()}, g.inputs, options);
+    if (!grads.ok()) {
+      std::fprintf(stderr, "engine_bench: %s\n", grads.status().ToString().c_str());
+      std::exit(1);
+    }
+  }
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  std::printf(
+      "{\"impl\": \"gradserve\", \"scenario\": \"%s\", \"threads\": %d, "
+      "\"maxrss_kb\": %ld, \"rss_before_kb\": %lld, \"budget_peak_bytes\": %lld}\n",
+      scenario.c_str(), threads, usage.ru_maxrss, static_cast<long long>(before_kb),
+      static_cast<long long>(budget->peak()));
+}
+
+int Main() {
+  const int threads = absl::GetFlag(FLAGS_threads);
+  openblas_set_num_threads(threads);
+  const std::string which = absl::GetFlag(FLAGS_scenario);
+  std::vector<std::string> scenarios = {"chain_10k", "fanin_2k", "mlp"};
+  if (which != "all") {
+    if (std::find(scenarios.begin(), scenarios.end(), which) == scenarios.end()) {
+      std::fprintf(stderr, "engine_bench: unknown scenario %s\n", which.c_str());
+      return 2;
+    }
+    scenarios = {which};
+  }
+  for (const std::string& s : scenarios) {
+    if (absl::GetFlag(FLAGS_memory)) {
+      Memory(s, threads);
+    } else {
+      Times(s, absl::GetFlag(FLAGS_repeats), absl::GetFlag(FLAGS_warmup), threads);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace gradserve::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return gradserve::bench::Main();
+}

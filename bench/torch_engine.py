@@ -1,0 +1,99 @@
+#!/usr/bin/python3
+"""The engine scenarios of DESIGN.md section 6 in PyTorch, timed as bench/engine_bench.cc
+times gradserve's: backward only (torch.autograd.grad's call to its return), median of the
+timed repetitions, each on a freshly recorded graph. Prints one JSON object per line.
+
+Run with Debian's PyTorch: /usr/bin/python3 bench/torch_engine.py --scenario all --threads 1
+--memory runs the scenario once in this fresh process and reports its peak RSS (maxrss).
+"""
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import time
+
+import torch
+
+
+def values(shape, scale, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(shape, generator=g, dtype=torch.float32) * 2 - 1) * scale
+
+
+def chain_10k():
+    x = torch.tensor([0.5], dtype=torch.float32, requires_grad=True)
+    y = x
+    for _ in range(10_000):
+        y = torch.tanh(y * 1.0001)
+    return y.sum(), [x]
+
+
+def fanin_2k():
+    x = values([16], 1, 3).requires_grad_()
+    acc = x * 0
+    for i in range(2000):
+        acc = acc + torch.sin(x * (1 + i * 1e-3))
+    return acc.sum(), [x]
+
+
+def mlp():
+    h = values([256, 1024], 1, 4)
+    weights = []
+    for layer in range(4):
+        w = values([1024, 1024], 1 / 32, 10 + layer).requires_grad_()
+        weights.append(w)
+        h = torch.relu(h @ w)
+    return h.sum(), weights
+
+
+SCENARIOS = {"chain_10k": chain_10k, "fanin_2k": fanin_2k, "mlp": mlp}
+
+
+def time_backward(build):
+    loss, inputs = build()
+    start = time.perf_counter()
+    torch.autograd.grad([loss], inputs)
+    end = time.perf_counter()
+    del loss, inputs  # torn down after the clock stops
+    return (end - start) * 1e3
+
+
+def resident_kb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() // 1024
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--scenario", default="all", choices=["all", *SCENARIOS])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--memory", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    for name in names:
+        build = SCENARIOS[name]
+        if args.memory:
+            before = resident_kb()
+            loss, inputs = build()
+            torch.autograd.grad([loss], inputs)
+            del loss, inputs
+            maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            print(json.dumps({"impl": "pytorch", "scenario": name, "threads": args.threads,
+                              "maxrss_kb": maxrss, "rss_before_kb": before}))
+            continue
+        for _ in range(args.warmup):
+            time_backward(build)
+        times = [time_backward(build) for _ in range(args.repeats)]
+        print(json.dumps({"impl": "pytorch", "scenario": name, "threads": args.threads,
+                          "median_ms": round(statistics.median(times), 4),
+                          "times_ms": [round(t, 4) for t in times]}))
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+// The calls a load run makes, on gRPC's callback API: no thread waits on a call. A unary call
+// sends a pre-serialized request through a GenericStub (one ByteBuffer shared by all calls, so
+// nothing is copied per call); a streamed grad call sends the pre-cut chunks of
+// ComputeGradientsStream from a ClientBidiReactor.
+
+#ifndef GRADSERVE_CLIENT_LOAD_LOAD_CALLS_H_
+#define GRADSERVE_CLIENT_LOAD_LOAD_CALLS_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/load/workload.h"
+#include "gradserve/v1/gradserve.grpc.pb.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/support/byte_buffer.h"
+
+namespace gradserve::load {
+
+// One gRPC channel with its own TCP connection (a local subchannel pool, so that channels to
+// the same target do not share one), and the stubs the calls use.
+//
+// Thread safety: after Open, every member may be used from any thread at once.
+class LoadConnection {
+ public:
+  // Opens a channel to target and waits up to connect_timeout for it to connect;
+  // UNAVAILABLE naming the target if it does not.
+  static absl::StatusOr<std::unique_ptr<LoadConnection>> Open(const std::string& target,
+                                                              absl::Duration connect_timeout);
+
+  const std::string& target() const { return target_; }
+  grpc::GenericStub& generic() { return generic_; }
+  v1::GradService::Stub& grad() { return *grad_; }
+
+ private:
+  LoadConnection(std::string target, std::shared_ptr<grpc::Channel> channel);
+
+  const std::string target_;
+  const std::shared_ptr<grpc::Channel> channel_;
+  grpc::GenericStub generic_;
+  const std::unique_ptr<v1::GradService::Stub> grad_;
+};
+
+// Called once per call, on a gRPC callback thread, with the final status code and the message
+// bytes sent and received.
+using CallDoneFn = std::function<void(int code, int64_t bytes_up, int64_t bytes_down)>;
+
+// Sends a workload's request. The workload is not owned and must outlive every call started.
+//
+// Thread safety: Start may be called from any thread at once, also from within a CallDoneFn.
+class CallStarter {
+ public:
+  explicit CallStarter(const Workload& workload);
+
+  // Starts one call on connection with context (not owned; both must live until done runs,
+  // and the context must not be reused). done runs exactly once.
+  void Start(LoadConnection& connection, grpc::ClientContext* context, CallDoneFn done) const;
+
+ private:
+  const Workload& workload_;
+  grpc::ByteBuffer unary_request_;  // the serialized request of a unary workload
+};
+
+}  // namespace gradserve::load
+
+#endif  // GRADSERVE_CLIENT_LOAD_LOAD_CALLS_H_

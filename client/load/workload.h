@@ -1,0 +1,64 @@
+// Workload: what every call of a load run sends, serialized once before the run, so that the
+// run measures the service and not the client's serialization.
+
+#ifndef GRADSERVE_CLIENT_LOAD_WORKLOAD_H_
+#define GRADSERVE_CLIENT_LOAD_WORKLOAD_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gradserve/v1/gradserve.pb.h"
+
+namespace gradserve::load {
+
+namespace v1 = ::gradserve::v1;
+
+// The method of the echo server of bench/echo_server.cc. Its one message has the payload in
+// field 1 (bytes), the same wire format as gradserve.v1.PingRequest, so the load tester
+// builds it as a PingRequest and needs no code generated from bench/.
+inline constexpr char kEchoMethod[] = "/gradserve.bench.Echo/Echo";
+inline constexpr char kPingMethod[] = "/gradserve.v1.GradService/Ping";
+inline constexpr char kGradMethod[] = "/gradserve.v1.GradService/ComputeGradients";
+
+// Scenario names MakeWorkload accepts, in the order --help lists them.
+const std::vector<std::string>& ScenarioNames();
+
+struct WorkloadSpec {
+  // One of ScenarioNames(), or empty when request_file is given.
+  std::string scenario;
+  // A GradRequest in protobuf JSON; exclusive with scenario.
+  std::string request_file;
+  // ping and echo: payload bytes each call carries and gets back. payload: gradient bytes.
+  int64_t payload_bytes = 0;
+  // "auto", "unary" or "stream": how grad requests travel. auto streams a request larger than
+  // max_message_bytes.
+  std::string transport = "auto";
+  // The server's one-message limit (GetServerInfo), for transport "auto".
+  int64_t max_message_bytes = int64_t{4} << 20;
+  // Size of the chunks a streamed request is cut into.
+  int64_t chunk_bytes = int64_t{4} << 20;
+};
+
+struct Workload {
+  std::string name;  // the scenario, or the request file's name
+  bool streamed = false;
+  // Unary: the full method name and the serialized request.
+  std::string method;
+  std::string request;
+  // Streamed (ComputeGradientsStream): the request cut into chunks, the first one carrying
+  // the total size.
+  std::vector<v1::Chunk> chunks;
+  // The serialized request's size, either way.
+  int64_t request_bytes = 0;
+};
+
+// INVALID_ARGUMENT for an unknown scenario, a bad payload size or transport; NOT_FOUND or
+// INVALID_ARGUMENT for a request file that cannot be read or parsed.
+absl::StatusOr<Workload> MakeWorkload(const WorkloadSpec& spec);
+
+}  // namespace gradserve::load
+
+#endif  // GRADSERVE_CLIENT_LOAD_WORKLOAD_H_

@@ -1,0 +1,109 @@
+// `gradserve load` end to end: the binary against local servers, its exit codes, its stdout in
+// each format, its HTML file, its refusal of unbounded settings, and no progress line when
+// stderr is not a terminal.
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "tests/client/load_test_util.h"
+
+namespace gradserve::load {
+namespace {
+
+using ::gradserve::testing::LocalServer;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs `gradserve load ARGS` with stdout and stderr in files (so stderr is not a terminal).
+CliRun RunCli(const std::string& args) {
+  const std::string dir = ::testing::TempDir();
+  const std::string out = dir + "/load_cli.out", err = dir + "/load_cli.err";
+  const std::string command =
+      absl::StrCat("timeout 60 ", GRADSERVE_CLI_PATH, " load ", args, " > ", out, " 2> ", err);
+  const int status = std::system(command.c_str());
+  CliRun run;
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.out = ReadAll(out);
+  run.err = ReadAll(err);
+  return run;
+}
+
+TEST(LoadCliTest, JsonAndHtmlAgainstTwoServersOpenLoop) {
+  LocalServer a, b;
+  const std::string html = ::testing::TempDir() + "/load_report.html";
+  std::remove(html.c_str());
+  CliRun run = RunCli(absl::StrCat("--target=", a.target(), ",", b.target(),
+                                   " --scenario=grad_tiny --rate=200 --requests=50 "
+                                   "--concurrency=4 --format=json --html=",
+                                   html));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err, "");  // no progress line: stderr is not a terminal
+  google::protobuf::Struct parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(run.out, &parsed).ok()) << run.out;
+  EXPECT_EQ(parsed.fields().at("count").number_value(), 50);
+  EXPECT_EQ(parsed.fields().at("open_loop_rate").number_value(), 200);
+  EXPECT_EQ(parsed.fields().at("targets").list_value().values_size(), 2);
+  EXPECT_EQ(a.server().service().counters().requests_total(), 25);
+  EXPECT_EQ(b.server().service().counters().requests_total(), 25);
+  const std::string page = ReadAll(html);
+  EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(page.find("<svg"), std::string::npos);
+}
+
+TEST(LoadCliTest, SummaryAndCsv) {
+  LocalServer server;
+  CliRun summary = RunCli(absl::StrCat("--target=", server.target(),
+                                       " --scenario=ping --payload_bytes=64 --requests=20"));
+  ASSERT_EQ(summary.exit_code, 0) << summary.err;
+  EXPECT_NE(summary.out.find("p99.9"), std::string::npos) << summary.out;
+  EXPECT_NE(summary.out.find("[OK] 20"), std::string::npos) << summary.out;
+  CliRun csv = RunCli(absl::StrCat("--target=", server.target(),
+                                   " --scenario=ping --duration=200ms --format=csv --quiet"));
+  ASSERT_EQ(csv.exit_code, 0) << csv.err;
+  EXPECT_EQ(csv.out.rfind("metric,value\n", 0), 0u) << csv.out;
+}
+
+TEST(LoadCliTest, RefusesBadAndUnboundedSettings) {
+  CliRun unbounded = RunCli("--target=127.0.0.1:1 --scenario=ping");
+  EXPECT_EQ(unbounded.exit_code, 2);
+  EXPECT_NE(unbounded.err.find("unbounded"), std::string::npos) << unbounded.err;
+  EXPECT_EQ(RunCli("--target=127.0.0.1:1 --scenario=ping --duration=5h").exit_code, 2);
+  EXPECT_EQ(RunCli("--target=127.0.0.1:1 --scenario=nope --requests=1").exit_code, 2);
+  EXPECT_EQ(RunCli("--target=127.0.0.1:1 --scenario=ping --requests=1 --format=xml").exit_code, 2);
+  CliRun down = RunCli("--target=127.0.0.1:1 --scenario=ping --requests=1 --max_duration=2s");
+  EXPECT_EQ(down.exit_code, 1);
+  EXPECT_NE(down.err.find("UNAVAILABLE"), std::string::npos) << down.err;
+}
+
+TEST(LoadCliTest, FailedCallsExitOneWithTheReport) {
+  LocalServer server;
+  const std::string path = ::testing::TempDir() + "/unknown_op.json";
+  std::ofstream(path) << R"({"graph": {"ops": [{"op": "no_such_op", "outputs": ["y"]}]},
+      "calls": [{"roots": ["y"]}]})";
+  CliRun run = RunCli(absl::StrCat("--target=", server.target(), " --request_file=", path,
+                                   " --requests=5 --format=csv"));
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run.out.find("status_INVALID_ARGUMENT,5"), std::string::npos) << run.out;
+}
+
+}  // namespace
+}  // namespace gradserve::load
