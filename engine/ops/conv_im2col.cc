@@ -1,0 +1,220 @@
+#include "engine/ops/conv_im2col.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "engine/autograd/node.h"
+#include "engine/ops/shape_common.h"
+
+namespace gradserve::ops {
+namespace {
+
+std::string PairString(const std::array<int64_t, 2>& p) {
+  return absl::StrCat("(", p[0], ", ", p[1], ")");
+}
+
+// The output size along one spatial dim, or -1 if the dilated kernel does not fit.
+int64_t OutputSize(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation) {
+  const int64_t span = dilation * (kernel - 1) + 1;
+  if (in + 2 * pad < span) return -1;
+  return (in + 2 * pad - span) / stride + 1;
+}
+
+// Runs fn(cols_row, image_row_or_null, ow_begin, ow_end, w_start) for every (row of cols, output
+// row oh): the output positions ow in [ow_begin, ow_end) read image_row[w_start + ow * sW]; the
+// others (and the whole row when image_row is null) fall in the padding. The one walk im2col
+// and col2im share.
+template <typename T, typename Fn>
+void ForEachColsRow(T* image, T* cols, const ConvGeometry& g, Fn&& fn) {
+  const auto& o = g.options;
+  const int64_t positions = g.positions();
+  for (int64_t c = 0; c < g.channels; ++c) {
+    for (int64_t i = 0; i < g.kernel_h; ++i) {
+      for (int64_t j = 0; j < g.kernel_w; ++j) {
+        T* row = cols + ((c * g.kernel_h + i) * g.kernel_w + j) * positions;
+        const int64_t w_start = j * o.dilation[1] - o.padding[1];
+        // ow is inside the image when 0 <= w_start + ow * sW < W.
+        const int64_t ow_begin =
+            w_start >= 0 ? 0 : std::min(g.out_w, (-w_start + o.stride[1] - 1) / o.stride[1]);
+        const int64_t ow_end =
+            w_start >= g.width
+                ? ow_begin
+                : std::max(ow_begin,
+                           std::min(g.out_w, (g.width - w_start + o.stride[1] - 1) / o.stride[1]));
+        for (int64_t oh = 0; oh < g.out_h; ++oh) {
+          const int64_t h = oh * o.stride[0] - o.padding[0] + i * o.dilation[0];
+          T* image_row = (h >= 0 && h < g.height) ? image + (c * g.height + h) * g.width : nullptr;
+          fn(row + oh * g.out_w, image_row, ow_begin, ow_end, w_start);
+        }
+      }
+    }
+  }
+}
+
+// --- The differentiable pair. ---
+
+class Im2ColBackward final : public autograd::Node {
+ public:
+  explicit Im2ColBackward(const ConvGeometry& g) : g_(g) {}
+  TensorList apply(TensorList&& grads) override {
+    if (grads.empty() || !grads[0].defined()) return {Tensor()};
+    return {Col2Im(grads[0], g_)};
+  }
+  std::string name() const override { return "Im2ColBackward0"; }
+
+ private:
+  const ConvGeometry g_;
+};
+
+class Col2ImBackward final : public autograd::Node {
+ public:
+  explicit Col2ImBackward(const ConvGeometry& g) : g_(g) {}
+  TensorList apply(TensorList&& grads) override {
+    if (grads.empty() || !grads[0].defined()) return {Tensor()};
+    return {Im2Col(grads[0], g_)};
+  }
+  std::string name() const override { return "Col2ImBackward0"; }
+
+ private:
+  const ConvGeometry g_;
+};
+
+}  // namespace
+
+ConvGeometry MakeConvGeometry(absl::Span<const int64_t> input_shape,
+                              absl::Span<const int64_t> weight_shape,
+                              const Conv2dOptions& options) {
+  GS_CHECK_ARG(input_shape.size() == 4, "conv2d: input must be [N, C, H, W] or [C, H, W], got ",
+               ShapeToString(input_shape));
+  GS_CHECK_ARG(weight_shape.size() == 4, "conv2d: weight must be [out_channels, in_channels / ",
+               "groups, kH, kW], got ", ShapeToString(weight_shape));
+  const auto& o = options;
+  GS_CHECK_ARG(o.stride[0] > 0 && o.stride[1] > 0, "conv2d: stride ", PairString(o.stride),
+               " must be positive");
+  GS_CHECK_ARG(o.dilation[0] > 0 && o.dilation[1] > 0, "conv2d: dilation ", PairString(o.dilation),
+               " must be positive");
+  GS_CHECK_ARG(o.padding[0] >= 0 && o.padding[1] >= 0, "conv2d: padding ", PairString(o.padding),
+               " must be non-negative");
+  GS_CHECK_ARG(o.groups > 0, "conv2d: groups = ", o.groups, " must be positive");
+  ConvGeometry g;
+  g.options = options;
+  g.batch = input_shape[0];
+  g.channels = input_shape[1];
+  g.height = input_shape[2];
+  g.width = input_shape[3];
+  g.out_channels = weight_shape[0];
+  g.kernel_h = weight_shape[2];
+  g.kernel_w = weight_shape[3];
+  GS_CHECK_ARG(weight_shape[1] > 0 && g.kernel_h > 0 && g.kernel_w > 0,
+               "conv2d: weight with shape ", ShapeToString(weight_shape),
+               " must have positive in_channels / groups and kernel sizes");
+  GS_CHECK_ARG(g.out_channels % o.groups == 0, "conv2d: out_channels = ", g.out_channels,
+               " (weight shape ", ShapeToString(weight_shape),
+               ") is not divisible by groups = ", o.groups);
+  GS_CHECK_ARG(g.channels == weight_shape[1] * o.groups, "conv2d: input with shape ",
+               ShapeToString(input_shape), " has ", g.channels, " channels, but weight with shape ",
+               ShapeToString(weight_shape), " and groups = ", o.groups, " expects ",
+               weight_shape[1] * o.groups);
+  g.out_h = OutputSize(g.height, g.kernel_h, o.stride[0], o.padding[0], o.dilation[0]);
+  g.out_w = OutputSize(g.width, g.kernel_w, o.stride[1], o.padding[1], o.dilation[1]);
+  GS_CHECK_ARG(g.out_h > 0 && g.out_w > 0, "conv2d: input with shape ", ShapeToString(input_shape),
+               " padded by ", PairString(o.padding), " is smaller than the kernel (", g.kernel_h,
+               ", ", g.kernel_w, ") dilated by ", PairString(o.dilation));
+  ValueOrThrow(CheckedNumel(g.cols_shape()));
+  return g;
+}
+
+template <typename T>
+void Im2ColImage(const T* image, const ConvGeometry& g, T* cols) {
+  const int64_t sw = g.options.stride[1];
+  ForEachColsRow(const_cast<T*>(image), cols, g,
+                 [&](T* out, const T* in, int64_t begin, int64_t end, int64_t w_start) {
+                   if (in == nullptr) {
+                     std::fill(out, out + g.out_w, T(0));
+                     return;
+                   }
+                   std::fill(out, out + begin, T(0));
+                   for (int64_t ow = begin; ow < end; ++ow) out[ow] = in[w_start + ow * sw];
+                   std::fill(out + end, out + g.out_w, T(0));
+                 });
+}
+
+template <typename T>
+void Col2ImAddImage(const T* cols, const ConvGeometry& g, T* image) {
+  const int64_t sw = g.options.stride[1];
+  ForEachColsRow(image, const_cast<T*>(cols), g,
+                 [&](const T* from, T* to, int64_t begin, int64_t end, int64_t w_start) {
+                   if (to == nullptr) return;
+                   for (int64_t ow = begin; ow < end; ++ow) to[w_start + ow * sw] += from[ow];
+                 });
+}
+
+template void Im2ColImage<float>(const float*, const ConvGeometry&, float*);
+template void Im2ColImage<double>(const double*, const ConvGeometry&, double*);
+template void Col2ImAddImage<float>(const float*, const ConvGeometry&, float*);
+template void Col2ImAddImage<double>(const double*, const ConvGeometry&, double*);
+
+Tensor Im2Col(const Tensor& input, const ConvGeometry& g) {
+  CheckFloatingArg("im2col", "input", input);
+  GS_CHECK_INTERNAL(input.shape() == g.input_shape(), "im2col: input does not fit the geometry");
+  CheckHostKernel("im2col", input);
+  const Tensor x = input.contiguous();
+  Tensor out = Tensor::Empty(g.cols_shape(), input.dtype(), input.device());
+  const int64_t image_size = g.channels * g.height * g.width;
+  const int64_t cols_size = g.channels * g.kernel_h * g.kernel_w * g.positions();
+  DispatchFloating(input.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    for (int64_t n = 0; n < g.batch; ++n) {
+      Im2ColImage(x.data<T>() + n * image_size, g, out.data<T>() + n * cols_size);
+    }
+  });
+  RecordIfNeeded(out, {input}, [&] { return autograd::MakeNode<Im2ColBackward>(g); });
+  return out;
+}
+
+Tensor Col2Im(const Tensor& cols, const ConvGeometry& g) {
+  CheckFloatingArg("col2im", "cols", cols);
+  GS_CHECK_INTERNAL(cols.shape() == g.cols_shape(), "col2im: cols do not fit the geometry");
+  CheckHostKernel("col2im", cols);
+  const Tensor c = cols.contiguous();
+  Tensor out = Tensor::Zeros(g.input_shape(), cols.dtype(), cols.device());
+  const int64_t image_size = g.channels * g.height * g.width;
+  const int64_t cols_size = g.channels * g.kernel_h * g.kernel_w * g.positions();
+  DispatchFloating(cols.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    for (int64_t n = 0; n < g.batch; ++n) {
+      Col2ImAddImage(c.data<T>() + n * cols_size, g, out.data<T>() + n * image_size);
+    }
+  });
+  RecordIfNeeded(out, {cols}, [&] { return autograd::MakeNode<Col2ImBackward>(g); });
+  return out;
+}
+
+template <typename T>
+void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+    }
+    return;
+  }
+  const CBLAS_TRANSPOSE ta = transpose_a ? CblasTrans : CblasNoTrans;
+  const CBLAS_TRANSPOSE tb = transpose_b ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  } else {
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+}
+
+template void Gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                          const float*, int64_t, float, float*, int64_t);
+template void Gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                           const double*, int64_t, double, double*, int64_t);
+
+}  // namespace gradserve::ops

@@ -1,0 +1,792 @@
+#include "engine/ops/nn.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/autograd/grad_mode.h"
+#include "engine/autograd/node.h"
+#include "engine/autograd/saved_variable.h"
+#include "engine/ops/broadcast.h"
+#include "engine/ops/conv_im2col.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/linalg.h"
+#include "engine/ops/reductions.h"
+#include "engine/ops/shape.h"
+#include "engine/ops/shape_common.h"
+
+namespace gradserve::ops {
+namespace {
+
+using autograd::GradMode;
+using autograd::MakeNode;
+using autograd::Node;
+using autograd::SavedVariable;
+
+// The accumulator type of a reduction over T: double, so float32 sums stay accurate.
+using Acc = double;
+
+bool NoIncomingGrad(const TensorList& grads) { return grads.empty() || !grads[0].defined(); }
+
+// A tensor seen as [outer, size, inner] around one dim (a 0-d tensor is [1, 1, 1]).
+struct DimSplit {
+  int64_t outer, size, inner;
+};
+DimSplit SplitAt(absl::Span<const int64_t> shape, int64_t dim) {
+  if (shape.empty()) return {1, 1, 1};
+  return {ProductOf(shape, 0, dim), shape[dim], ProductOf(shape, dim + 1, shape.size())};
+}
+
+// Calls fn(base) for each row of a [outer, size, inner] layout; row element k is at
+// base + k * inner.
+template <typename Fn>
+void ForEachRowAt(const DimSplit& s, Fn&& fn) {
+  for (int64_t o = 0; o < s.outer; ++o) {
+    for (int64_t i = 0; i < s.inner; ++i) fn(o * s.size * s.inner + i);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// softmax and log_softmax.
+
+template <typename T>
+void SoftmaxKernel(const T* x, T* y, const DimSplit& s, bool log) {
+  const int64_t step = s.inner;
+  ForEachRowAt(s, [&](int64_t base) {
+    const T* in = x + base;
+    T* out = y + base;
+    T max = -std::numeric_limits<T>::infinity();
+    for (int64_t k = 0; k < s.size; ++k) max = std::max(max, in[k * step]);
+    // A row of -inf (or an empty row) has no finite maximum; shift by 0 so the result is NaN
+    // or empty, as PyTorch's.
+    if (!std::isfinite(max)) max = std::isnan(max) ? max : T(0);
+    Acc total = 0;
+    for (int64_t k = 0; k < s.size; ++k) total += std::exp(static_cast<Acc>(in[k * step] - max));
+    if (log) {
+      const T shift = max + static_cast<T>(std::log(total));
+      for (int64_t k = 0; k < s.size; ++k) out[k * step] = in[k * step] - shift;
+    } else {
+      const Acc scale = 1 / total;
+      for (int64_t k = 0; k < s.size; ++k) {
+        out[k * step] = static_cast<T>(std::exp(static_cast<Acc>(in[k * step] - max)) * scale);
+      }
+    }
+  });
+}
+
+// The fused backward: softmax: gx = y * (g - sum(g * y)); log_softmax: gx = g - exp(y) * sum(g).
+template <typename T>
+void SoftmaxBackwardKernel(const T* y, const T* g, T* gx, const DimSplit& s, bool log) {
+  const int64_t step = s.inner;
+  ForEachRowAt(s, [&](int64_t base) {
+    Acc total = 0;
+    for (int64_t k = 0; k < s.size; ++k) {
+      const int64_t at = base + k * step;
+      total += log ? static_cast<Acc>(g[at]) : static_cast<Acc>(g[at]) * y[at];
+    }
+    const T t = static_cast<T>(total);
+    for (int64_t k = 0; k < s.size; ++k) {
+      const int64_t at = base + k * step;
+      gx[at] = log ? g[at] - std::exp(y[at]) * t : y[at] * (g[at] - t);
+    }
+  });
+}
+
+class SoftmaxBackward final : public Node {
+ public:
+  SoftmaxBackward(int64_t dim, bool log) : dim_(dim), log_(log) {}
+  void SaveResult(const Tensor& result) { result_ = SavedVariable(result, true); }
+
+  TensorList apply(TensorList&& grads) override {
+    const Tensor y = result_.unpack(this);
+    if (NoIncomingGrad(grads)) return {Tensor()};
+    const Tensor& g = grads[0];
+    const int64_t dims[] = {dim_};
+    if (GradMode::is_enabled()) {  // Note [NN backward paths]
+      if (log_) return {sub(g, mul(exp(y), sum(g, dims, /*keepdim=*/true)))};
+      return {mul(y, sub(g, sum(mul(g, y), dims, /*keepdim=*/true)))};
+    }
+    const Tensor yc = y.contiguous();
+    const Tensor gc = g.contiguous();
+    Tensor gx = Tensor::Empty(y.shape(), y.dtype(), y.device());
+    DispatchFloating(y.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      SoftmaxBackwardKernel(yc.data<T>(), gc.data<T>(), gx.data<T>(), SplitAt(y.shape(), dim_),
+                            log_);
+    });
+    return {gx};
+  }
+  std::string name() const override { return log_ ? "LogSoftmaxBackward0" : "SoftmaxBackward0"; }
+  void release_variables() override { result_.reset(); }
+
+ private:
+  const int64_t dim_;
+  const bool log_;
+  SavedVariable result_;
+};
+
+Tensor SoftmaxImpl(const char* op, const Tensor& input, int64_t dim, bool log) {
+  CheckFloatingArg(op, "input", input);
+  dim = WrapDimArg(op, "dim", dim, input.shape());
+  CheckHostKernel(op, input);
+  const Tensor x = input.contiguous();
+  Tensor out = Tensor::Empty(input.shape(), input.dtype(), input.device());
+  DispatchFloating(input.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    SoftmaxKernel(x.data<T>(), out.data<T>(), SplitAt(input.shape(), dim), log);
+  });
+  if (auto node =
+          RecordIfNeeded(out, {input}, [&] { return MakeNode<SoftmaxBackward>(dim, log); })) {
+    node->SaveResult(out);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// nll_loss and cross_entropy.
+
+// The class dim of a loss input: 1, or 0 for an unbatched [C] input.
+int64_t ClassDim(const Tensor& input) { return input.dim() >= 2 ? 1 : 0; }
+
+// Checks input (log-probabilities or logits) and class-index target for `op`.
+void CheckClassTarget(const char* op, const Tensor& input, const Tensor& target,
+                      int64_t ignore_index) {
+  CheckFloatingArg(op, "input", input);
+  GS_CHECK_ARG(input.dim() >= 1, op, ": input must have a class dimension, got shape []");
+  CheckDTypeArg(op, "target", target, DType::kInt64);
+  const int64_t class_dim = ClassDim(input);
+  const Shape want = ShapeWithout(input.shape(), class_dim);
+  GS_CHECK_ARG(target.shape() == want, op, ": target has shape ", ShapeToString(target.shape()),
+               " but input with shape ", ShapeToString(input.shape()), " needs target shape ",
+               ShapeToString(want));
+  CheckIndices(op, "target", target, input.size(class_dim), ignore_index,
+               absl::StrCat("the ", input.size(class_dim), " classes of input with shape ",
+                            ShapeToString(input.shape())));
+}
+
+// Per target position: the weight its -log p gets in the loss (0 where ignored, 1 / count for
+// "mean", else 1), and the target with ignored positions set to class 0 so it can index.
+struct NllWeights {
+  Tensor weight;       // target's shape, the input's dtype
+  Tensor safe_target;  // int64, target's shape
+  int64_t count = 0;   // positions not ignored
+};
+NllWeights MakeNllWeights(const Tensor& target, DType dtype, Reduction reduction,
+                          int64_t ignore_index) {
+  const Tensor t = target.contiguous();
+  const int64_t n = t.numel();
+  const int64_t* tv = t.data<int64_t>();
+  NllWeights w;
+  for (int64_t i = 0; i < n; ++i) w.count += tv[i] != ignore_index;
+  const double each = reduction == Reduction::kMean ? 1.0 / static_cast<double>(w.count) : 1.0;
+  w.weight = Tensor::Empty(target.shape(), dtype, target.device());
+  w.safe_target = Tensor::Empty(target.shape(), DType::kInt64, target.device());
+  int64_t* sv = w.safe_target.data<int64_t>();
+  DispatchFloating(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* wv = w.weight.data<T>();
+    for (int64_t i = 0; i < n; ++i) {
+      const bool ignored = tv[i] == ignore_index;
+      wv[i] = ignored ? T(0) : static_cast<T>(each);
+      sv[i] = ignored ? 0 : tv[i];
+    }
+  });
+  return w;
+}
+
+// Sums per-position values of the target's shape as `reduction` asks (count: positions not
+// ignored, the divisor of "mean"). Differentiable.
+Tensor ReduceLoss(const Tensor& per_position, Reduction reduction, int64_t count) {
+  switch (reduction) {
+    case Reduction::kNone:
+      return per_position;
+    case Reduction::kSum:
+      return sum(per_position);
+    case Reduction::kMean:
+      return mul(sum(per_position), 1.0 / static_cast<double>(count));
+  }
+  return per_position;
+}
+
+// grad_input = zeros of the input's shape with -g * weight at each target class: linear in g,
+// so one formula serves both backward paths (its scatter is the fused kernel when grad mode is
+// off, and records ScatterAddBackward0 under create_graph).
+class NllLossBackward final : public Node {
+ public:
+  NllLossBackward(Shape input_shape, int64_t class_dim, NllWeights weights)
+      : input_shape_(std::move(input_shape)),
+        class_dim_(class_dim),
+        weight_(weights.weight, false),
+        safe_target_(weights.safe_target, false) {}
+
+  TensorList apply(TensorList&& grads) override {
+    const Tensor weight = weight_.unpack(this);
+    const Tensor target = safe_target_.unpack(this);
+    if (NoIncomingGrad(grads)) return {Tensor()};
+    const Tensor src = neg(mul(grads[0], weight));
+    return {ScatterAddIntoZeros(input_shape_, class_dim_, unsqueeze(target, class_dim_),
+                                unsqueeze(src, class_dim_))};
+  }
+  std::string name() const override { return "NllLossBackward0"; }
+  void release_variables() override {
+    weight_.reset();
+    safe_target_.reset();
+  }
+
+ private:
+  const Shape input_shape_;
+  const int64_t class_dim_;
+  SavedVariable weight_;
+  SavedVariable safe_target_;
+};
+
+// nll_loss for `op` (nll_loss or cross_entropy, named in errors); also returns the count of
+// positions not ignored.
+Tensor NllLossImpl(const char* op, const Tensor& input, const Tensor& target, Reduction reduction,
+                   int64_t ignore_index, int64_t* count_out) {
+  CheckClassTarget(op, input, target, ignore_index);
+  CheckHostKernel(op, input);
+  const int64_t class_dim = ClassDim(input);
+  NllWeights w = MakeNllWeights(target, input.dtype(), reduction, ignore_index);
+  *count_out = w.count;
+  const Tensor x = input.contiguous();
+  const DimSplit s = SplitAt(input.shape(), class_dim);  // [N, C, spatial]
+  Tensor out = Tensor::Empty(reduction == Reduction::kNone ? target.shape() : Shape{},
+                             input.dtype(), input.device());
+  DispatchFloating(input.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* xv = x.data<T>();
+    const T* wv = w.weight.data<T>();
+    const int64_t* tv = w.safe_target.data<int64_t>();
+    T* ov = out.data<T>();
+    Acc total = 0;
+    for (int64_t n = 0; n < s.outer; ++n) {
+      for (int64_t i = 0; i < s.inner; ++i) {
+        const int64_t p = n * s.inner + i;
+        const T v = wv[p] == T(0) ? T(0) : -xv[(n * s.size + tv[p]) * s.inner + i] * wv[p];
+        if (reduction == Reduction::kNone) {
+          ov[p] = v;
+        } else {
+          total += v;
+        }
+      }
+    }
+    // "mean" over no positions is 0/0, NaN, as PyTorch's.
+    if (reduction == Reduction::kMean && w.count == 0) total = std::nan("");
+    if (reduction != Reduction::kNone) ov[0] = static_cast<T>(total);
+  });
+  RecordIfNeeded(out, {input},
+                 [&] { return MakeNode<NllLossBackward>(input.shape(), class_dim, std::move(w)); });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// mse_loss.
+
+class MseLossBackward final : public Node {
+ public:
+  MseLossBackward(const Tensor& input, const Tensor& target, Reduction reduction)
+      : input_(input, false), target_(target, false), reduction_(reduction) {}
+
+  TensorList apply(TensorList&& grads) override {
+    const Tensor x = input_.unpack(this);
+    const Tensor t = target_.unpack(this);
+    if (NoIncomingGrad(grads)) return {Tensor(), Tensor()};
+    const Tensor& g = grads[0];
+    const double scale =
+        reduction_ == Reduction::kMean ? 2.0 / static_cast<double>(x.numel()) : 2.0;
+    Tensor gx;
+    if (GradMode::is_enabled()) {  // Note [NN backward paths]
+      gx = mul(mul(sub(x, t), g), scale);
+    } else {
+      const Tensor xc = x.contiguous(), tc = t.contiguous(), gc = g.contiguous();
+      gx = Tensor::Empty(x.shape(), x.dtype(), x.device());
+      const bool per_element = reduction_ == Reduction::kNone;
+      DispatchFloating(x.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        const T *xv = xc.data<T>(), *tv = tc.data<T>(), *gv = gc.data<T>();
+        T* out = gx.data<T>();
+        const int64_t n = x.numel();
+        for (int64_t i = 0; i < n; ++i) {
+          out[i] = static_cast<T>(scale) * (xv[i] - tv[i]) * gv[per_element ? i : 0];
+        }
+      });
+    }
+    return {should_compute_output(0) ? gx : Tensor(),
+            should_compute_output(1) ? neg(gx) : Tensor()};
+  }
+  std::string name() const override { return "MseLossBackward0"; }
+  void release_variables() override {
+    input_.reset();
+    target_.reset();
+  }
+
+ private:
+  SavedVariable input_;
+  SavedVariable target_;
+  const Reduction reduction_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// layer_norm.
+
+// Per row of [rows, cols]: mean and 1 / sqrt(biased variance + eps), then
+// y = (x - mean) * rstd * weight + bias (weight, bias may be null).
+template <typename T>
+void LayerNormKernel(const T* x, const T* weight, const T* bias, int64_t rows, int64_t cols,
+                     double eps, T* y, T* mean_out, T* rstd_out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* in = x + r * cols;
+    T* out = y + r * cols;
+    Acc total = 0;
+    for (int64_t c = 0; c < cols; ++c) total += in[c];
+    const Acc mean = total / static_cast<Acc>(cols);
+    Acc squares = 0;
+    for (int64_t c = 0; c < cols; ++c) squares += (in[c] - mean) * (in[c] - mean);
+    const Acc rstd = 1 / std::sqrt(squares / static_cast<Acc>(cols) + eps);
+    for (int64_t c = 0; c < cols; ++c) {
+      T v = static_cast<T>((in[c] - mean) * rstd);
+      if (weight != nullptr) v *= weight[c];
+      if (bias != nullptr) v += bias[c];
+      out[c] = v;
+    }
+    mean_out[r] = static_cast<T>(mean);
+    rstd_out[r] = static_cast<T>(rstd);
+  }
+}
+
+// The fused backward: with xhat = (x - mean) * rstd and gy = g * weight,
+//   gx = rstd * (gy - mean(gy) - xhat * mean(gy * xhat)),  gw = sum_rows(g * xhat),
+//   gb = sum_rows(g). Any of gx, gw, gb may be null (not needed).
+template <typename T>
+void LayerNormBackwardKernel(const T* x, const T* g, const T* weight, const T* mean, const T* rstd,
+                             int64_t rows, int64_t cols, T* gx, T* gw, T* gb) {
+  std::vector<Acc> gw_acc(gw != nullptr ? cols : 0, 0), gb_acc(gb != nullptr ? cols : 0, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* in = x + r * cols;
+    const T* gr = g + r * cols;
+    const Acc m = mean[r], s = rstd[r];
+    Acc sum_gy = 0, sum_gy_xhat = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const Acc xhat = (in[c] - m) * s;
+      const Acc gy = weight != nullptr ? static_cast<Acc>(gr[c]) * weight[c] : gr[c];
+      sum_gy += gy;
+      sum_gy_xhat += gy * xhat;
+      if (gw != nullptr) gw_acc[c] += gr[c] * xhat;
+      if (gb != nullptr) gb_acc[c] += gr[c];
+    }
+    if (gx == nullptr) continue;
+    const Acc a = sum_gy / cols, b = sum_gy_xhat / cols;
+    for (int64_t c = 0; c < cols; ++c) {
+      const Acc xhat = (in[c] - m) * s;
+      const Acc gy = weight != nullptr ? static_cast<Acc>(gr[c]) * weight[c] : gr[c];
+      gx[r * cols + c] = static_cast<T>(s * (gy - a - xhat * b));
+    }
+  }
+  for (int64_t c = 0; c < static_cast<int64_t>(gw_acc.size()); ++c) gw[c] = gw_acc[c];
+  for (int64_t c = 0; c < static_cast<int64_t>(gb_acc.size()); ++c) gb[c] = gb_acc[c];
+}
+
+class LayerNormBackward final : public Node {
+ public:
+  LayerNormBackward(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                    const Tensor& mean, const Tensor& rstd, int64_t normalized_dims, double eps)
+      : input_(input, false),
+        weight_(weight, false),
+        bias_(bias, false),
+        mean_(mean, false),
+        rstd_(rstd, false),
+        normalized_dims_(normalized_dims),
+        eps_(eps) {}
+
+  TensorList apply(TensorList&& grads) override {
+    const Tensor x = input_.unpack(this);
+    const Tensor w = weight_.unpack(this);
+    const Tensor b = bias_.unpack(this);
+    const Tensor mean = mean_.unpack(this);
+    const Tensor rstd = rstd_.unpack(this);
+    if (NoIncomingGrad(grads)) return {Tensor(), Tensor(), Tensor()};
+    const Tensor& g = grads[0];
+    const bool need_x = should_compute_output(0);
+    const bool need_w = w.defined() && should_compute_output(1);
+    const bool need_b = b.defined() && should_compute_output(2);
+    if (GradMode::is_enabled()) return Differentiable(x, w, b, g, need_x, need_w, need_b);
+    const int64_t cols = ProductOf(x.shape(), x.dim() - normalized_dims_, x.dim());
+    const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+    const Tensor xc = x.contiguous(), gc = g.contiguous();
+    const Tensor wc = w.defined() ? w.contiguous() : Tensor();
+    Tensor gx = need_x ? Tensor::Empty(x.shape(), x.dtype(), x.device()) : Tensor();
+    Tensor gw = need_w ? Tensor::Zeros(w.shape(), w.dtype(), w.device()) : Tensor();
+    Tensor gb = need_b ? Tensor::Zeros(b.shape(), b.dtype(), b.device()) : Tensor();
+    DispatchFloating(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+      LayerNormBackwardKernel<T>(xc.data<T>(), gc.data<T>(), ptr(wc), mean.data<T>(),
+                                 rstd.data<T>(), rows, cols, ptr(gx), ptr(gw), ptr(gb));
+    });
+    return {gx, gw, gb};
+  }
+  std::string name() const override { return "NativeLayerNormBackward0"; }
+  void release_variables() override {
+    for (SavedVariable* v : {&input_, &weight_, &bias_, &mean_, &rstd_}) v->reset();
+  }
+
+ private:
+  // The formula of LayerNormBackwardKernel in differentiable ops, with the statistics
+  // recomputed from x so that their dependence on x is differentiated too.
+  TensorList Differentiable(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& g,
+                            bool need_x, bool need_w, bool need_b) const {
+    std::vector<int64_t> dims;
+    for (int64_t d = x.dim() - normalized_dims_; d < x.dim(); ++d) dims.push_back(d);
+    const Tensor centered = sub(x, mean(x, dims, /*keepdim=*/true));
+    const Tensor rstd = rsqrt(add(mean(mul(centered, centered), dims, /*keepdim=*/true), eps_));
+    const Tensor xhat = mul(centered, rstd);
+    TensorList out(3);
+    if (need_x) {
+      const Tensor gy = w.defined() ? mul(g, w) : g;
+      const Tensor inner =
+          sub(sub(gy, mean(gy, dims, true)), mul(xhat, mean(mul(gy, xhat), dims, true)));
+      out[0] = mul(rstd, inner);
+    }
+    if (need_w) out[1] = sum_to(mul(g, xhat), w.shape());
+    if (need_b) out[2] = sum_to(g, b.shape());
+    return out;
+  }
+
+  SavedVariable input_, weight_, bias_, mean_, rstd_;
+  const int64_t normalized_dims_;
+  const double eps_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// embedding.
+
+class EmbeddingBackward final : public Node {
+ public:
+  EmbeddingBackward(Shape weight_shape, const Tensor& indices, std::optional<int64_t> padding_idx)
+      : weight_shape_(std::move(weight_shape)),
+        indices_(indices, false),
+        padding_idx_(padding_idx) {}
+
+  TensorList apply(TensorList&& grads) override {
+    const Tensor indices = indices_.unpack(this);
+    if (NoIncomingGrad(grads)) return {Tensor()};
+    const int64_t flat[] = {-1};
+    const int64_t rows[] = {-1, weight_shape_[1]};
+    return {IndexAddIntoZeros(weight_shape_, 0, reshape(indices, flat), reshape(grads[0], rows),
+                              padding_idx_)};
+  }
+  std::string name() const override { return "EmbeddingBackward0"; }
+  void release_variables() override { indices_.reset(); }
+
+ private:
+  const Shape weight_shape_;
+  SavedVariable indices_;
+  const std::optional<int64_t> padding_idx_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// conv2d (Note [conv2d as im2col]).
+
+template <typename T>
+void Conv2dKernel(const T* x, const T* w, const T* bias, const ConvGeometry& g, T* out) {
+  const int64_t groups = g.groups(), rows = g.group_rows(), positions = g.positions();
+  const int64_t out_per_group = g.out_channels / groups;
+  const int64_t image_size = g.channels * g.height * g.width;
+  std::vector<T> cols(static_cast<size_t>(rows * groups * positions));
+  for (int64_t n = 0; n < g.batch; ++n) {
+    Im2ColImage(x + n * image_size, g, cols.data());
+    T* out_n = out + n * g.out_channels * positions;
+    for (int64_t k = 0; k < groups; ++k) {
+      Gemm<T>(false, false, out_per_group, positions, rows, T(1), w + k * out_per_group * rows,
+              rows, cols.data() + k * rows * positions, positions, T(0),
+              out_n + k * out_per_group * positions, positions);
+    }
+    if (bias == nullptr) continue;
+    for (int64_t o = 0; o < g.out_channels; ++o) {
+      T* row = out_n + o * positions;
+      for (int64_t p = 0; p < positions; ++p) row[p] += bias[o];
+    }
+  }
+}
+
+// The fused backward: per image, gw_k += g_k @ cols_k^T, cols-gradient_k = w_k^T @ g_k summed
+// back by col2im, gb = the sum of g over images and positions. gx, gw, gb may be null.
+template <typename T>
+void Conv2dBackwardKernel(const T* x, const T* w, const T* grad, const ConvGeometry& g, T* gx,
+                          T* gw, T* gb) {
+  const int64_t groups = g.groups(), rows = g.group_rows(), positions = g.positions();
+  const int64_t out_per_group = g.out_channels / groups;
+  const int64_t image_size = g.channels * g.height * g.width;
+  std::vector<T> cols(static_cast<size_t>(rows * groups * positions));
+  for (int64_t n = 0; n < g.batch; ++n) {
+    const T* g_n = grad + n * g.out_channels * positions;
+    if (gw != nullptr) {
+      Im2ColImage(x + n * image_size, g, cols.data());
+      for (int64_t k = 0; k < groups; ++k) {
+        Gemm<T>(false, true, out_per_group, rows, positions, T(1),
+                g_n + k * out_per_group * positions, positions, cols.data() + k * rows * positions,
+                positions, T(1), gw + k * out_per_group * rows, rows);
+      }
+    }
+    if (gx != nullptr) {
+      for (int64_t k = 0; k < groups; ++k) {
+        Gemm<T>(true, false, rows, positions, out_per_group, T(1), w + k * out_per_group * rows,
+                rows, g_n + k * out_per_group * positions, positions, T(0),
+                cols.data() + k * rows * positions, positions);
+      }
+      Col2ImAddImage(cols.data(), g, gx + n * image_size);
+    }
+    if (gb != nullptr) {
+      for (int64_t o = 0; o < g.out_channels; ++o) {
+        Acc total = 0;
+        for (int64_t p = 0; p < positions; ++p) total += g_n[o * positions + p];
+        gb[o] += static_cast<T>(total);
+      }
+    }
+  }
+}
+
+class ConvolutionBackward final : public Node {
+ public:
+  ConvolutionBackward(const Tensor& input, const Tensor& weight, bool has_bias,
+                      const ConvGeometry& geometry)
+      : input_(input, false), weight_(weight, false), has_bias_(has_bias), g_(geometry) {}
+
+  TensorList apply(TensorList&& grads) override {
+    const Tensor x = input_.unpack(this);
+    const Tensor w = weight_.unpack(this);
+    if (NoIncomingGrad(grads)) return {Tensor(), Tensor(), Tensor()};
+    const Tensor& grad = grads[0];
+    const bool need_x = should_compute_output(0), need_w = should_compute_output(1);
+    const bool need_b = has_bias_ && should_compute_output(2);
+    if (GradMode::is_enabled()) return Differentiable(x, w, grad, need_x, need_w, need_b);
+    const Tensor xc = x.contiguous(), wc = w.contiguous(), gc = grad.contiguous();
+    Tensor gx = need_x ? Tensor::Zeros(x.shape(), x.dtype(), x.device()) : Tensor();
+    Tensor gw = need_w ? Tensor::Zeros(w.shape(), w.dtype(), w.device()) : Tensor();
+    Tensor gb = need_b ? Tensor::Zeros({g_.out_channels}, w.dtype(), w.device()) : Tensor();
+    DispatchFloating(x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+      Conv2dBackwardKernel<T>(xc.data<T>(), wc.data<T>(), gc.data<T>(), g_, ptr(gx), ptr(gw),
+                              ptr(gb));
+    });
+    return {gx, gw, gb};
+  }
+  std::string name() const override { return "ConvolutionBackward0"; }
+  void release_variables() override {
+    input_.reset();
+    weight_.reset();
+  }
+
+ private:
+  // The fused kernel's formula with differentiable ops, all images and groups at once:
+  // cols [N, G, R, P], grad [N, G, O/G, P], weight [G, O/G, R].
+  TensorList Differentiable(const Tensor& x, const Tensor& w, const Tensor& grad, bool need_x,
+                            bool need_w, bool need_b) const {
+    const int64_t n = g_.batch, groups = g_.groups(), rows = g_.group_rows();
+    const int64_t positions = g_.positions(), per_group = g_.out_channels / groups;
+    const int64_t grad_shape[] = {n, groups, per_group, positions};
+    const Tensor g4 = reshape(grad, grad_shape);
+    TensorList out(3);
+    if (need_w) {
+      const int64_t cols_shape[] = {n, groups, rows, positions};
+      const Tensor cols = reshape(Im2Col(x, g_), cols_shape);
+      const int64_t batch_dim[] = {0};
+      out[1] = reshape(sum(matmul(g4, transpose(cols, -1, -2)), batch_dim), w.shape());
+    }
+    if (need_x) {
+      const int64_t w_shape[] = {groups, per_group, rows};
+      const Tensor cols_grad = matmul(transpose(reshape(w, w_shape), -1, -2), g4);
+      out[0] = Col2Im(reshape(cols_grad, g_.cols_shape()), g_);
+    }
+    if (need_b) {
+      const int64_t dims[] = {0, 2, 3};
+      out[2] = sum(grad, dims);
+    }
+    return out;
+  }
+
+  SavedVariable input_, weight_;
+  const bool has_bias_;
+  const ConvGeometry g_;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The ops.
+
+Reduction ParseReduction(const char* op, const std::string& name) {
+  if (name == "mean") return Reduction::kMean;
+  if (name == "sum") return Reduction::kSum;
+  GS_CHECK_ARG(name == "none", op, ": reduction = '", name,
+               "' is not one of 'none', 'mean', 'sum'");
+  return Reduction::kNone;
+}
+
+Tensor softmax(const Tensor& input, int64_t dim) {
+  return SoftmaxImpl("softmax", input, dim, /*log=*/false);
+}
+
+Tensor log_softmax(const Tensor& input, int64_t dim) {
+  return SoftmaxImpl("log_softmax", input, dim, /*log=*/true);
+}
+
+Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction,
+                int64_t ignore_index) {
+  int64_t count = 0;
+  return NllLossImpl("nll_loss", input, target, reduction, ignore_index, &count);
+}
+
+Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction,
+                     int64_t ignore_index, double label_smoothing) {
+  GS_CHECK_ARG(label_smoothing >= 0 && label_smoothing <= 1,
+               "cross_entropy: label_smoothing = ", label_smoothing, " must be in [0, 1]");
+  CheckClassTarget("cross_entropy", input, target, ignore_index);
+  const int64_t class_dim = ClassDim(input);
+  const Tensor log_probs = log_softmax(input, class_dim);
+  int64_t count = 0;
+  Tensor loss = NllLossImpl("cross_entropy", log_probs, target, reduction, ignore_index, &count);
+  if (label_smoothing == 0) return loss;
+  // The smoothing term per position: -mean over classes of log p, 0 where ignored.
+  const NllWeights kept = MakeNllWeights(target, input.dtype(), Reduction::kSum, ignore_index);
+  const int64_t dims[] = {class_dim};
+  const double per_class = -1.0 / static_cast<double>(input.size(class_dim));
+  const Tensor smooth = mul(mul(sum(log_probs, dims), kept.weight), per_class);
+  return add(mul(loss, 1 - label_smoothing),
+             mul(ReduceLoss(smooth, reduction, count), label_smoothing));
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  CheckFloatingArg("mse_loss", "input", input);
+  CheckFloatingArg("mse_loss", "target", target);
+  CheckSameDTypeAndDevice("mse_loss", "input", input, "target", target);
+  Tensor x = input, t = target;
+  if (x.shape() != t.shape()) {
+    const Shape shape = ValueOrThrow(BroadcastShapes(x.shape(), t.shape()));
+    x = expand(x, shape);
+    t = expand(t, shape);
+  }
+  CheckHostKernel("mse_loss", x);
+  const Tensor xc = x.contiguous(), tc = t.contiguous();
+  Tensor out =
+      Tensor::Empty(reduction == Reduction::kNone ? x.shape() : Shape{}, x.dtype(), x.device());
+  DispatchFloating(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T *xv = xc.data<T>(), *tv = tc.data<T>();
+    T* ov = out.data<T>();
+    const int64_t n = x.numel();
+    Acc total = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const T d = xv[i] - tv[i];
+      if (reduction == Reduction::kNone) {
+        ov[i] = d * d;
+      } else {
+        total += static_cast<Acc>(d) * d;
+      }
+    }
+    if (reduction == Reduction::kMean) total /= static_cast<Acc>(n);
+    if (reduction != Reduction::kNone) ov[0] = static_cast<T>(total);
+  });
+  RecordIfNeeded(out, {x, t}, [&] { return MakeNode<MseLossBackward>(x, t, reduction); });
+  return out;
+}
+
+Tensor layer_norm(const Tensor& input, absl::Span<const int64_t> normalized_shape,
+                  const Tensor& weight, const Tensor& bias, double eps) {
+  CheckFloatingArg("layer_norm", "input", input);
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  GS_CHECK_ARG(k >= 1, "layer_norm: normalized_shape must name at least one dimension");
+  const bool fits = k <= input.dim() && std::equal(normalized_shape.begin(), normalized_shape.end(),
+                                                   input.shape().end() - k);
+  GS_CHECK_ARG(fits, "layer_norm: normalized_shape ", ShapeToString(normalized_shape),
+               " is not the trailing shape of input with shape ", ShapeToString(input.shape()));
+  for (const auto& [arg, t] : {std::pair<const char*, const Tensor&>{"weight", weight},
+                               std::pair<const char*, const Tensor&>{"bias", bias}}) {
+    if (!t.defined()) continue;
+    CheckSameDTypeAndDevice("layer_norm", "input", input, arg, t);
+    GS_CHECK_ARG(t.shape() == Shape(normalized_shape.begin(), normalized_shape.end()),
+                 "layer_norm: ", arg, " has shape ", ShapeToString(t.shape()),
+                 " but normalized_shape is ", ShapeToString(normalized_shape));
+  }
+  GS_CHECK_ARG(eps >= 0, "layer_norm: eps = ", eps, " must be non-negative");
+  CheckHostKernel("layer_norm", input);
+  const int64_t cols = ProductOf(input.shape(), input.dim() - k, input.dim());
+  const int64_t rows = cols == 0 ? 0 : input.numel() / cols;
+  const Tensor x = input.contiguous();
+  const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
+  const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+  Tensor out = Tensor::Empty(input.shape(), input.dtype(), input.device());
+  Tensor mean = Tensor::Empty({rows}, input.dtype(), input.device());
+  Tensor rstd = Tensor::Empty({rows}, input.dtype(), input.device());
+  DispatchFloating(input.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+    LayerNormKernel<T>(x.data<T>(), ptr(w), ptr(b), rows, cols, eps, out.data<T>(), mean.data<T>(),
+                       rstd.data<T>());
+  });
+  RecordIfNeeded(out, {input, weight, bias}, [&] {
+    return MakeNode<LayerNormBackward>(input, weight, bias, mean, rstd, k, eps);
+  });
+  return out;
+}
+
+Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
+  CheckFloatingArg("embedding", "weight", weight);
+  GS_CHECK_ARG(weight.dim() == 2, "embedding: weight must be 2-d [num_embeddings, ",
+               "embedding_dim], got shape ", ShapeToString(weight.shape()));
+  const int64_t rows = weight.size(0);
+  if (padding_idx.has_value()) {
+    GS_CHECK_ARG(*padding_idx >= -rows && *padding_idx < rows,
+                 "embedding: padding_idx = ", *padding_idx,
+                 " is out of range for weight with shape ", ShapeToString(weight.shape()));
+    if (*padding_idx < 0) *padding_idx += rows;
+  }
+  CheckIndices("embedding", "indices", indices, rows, std::nullopt,
+               absl::StrCat("weight with shape ", ShapeToString(weight.shape())));
+  const int64_t flat_shape[] = {-1};
+  const Tensor flat = reshape(indices, flat_shape);
+  const Tensor picked = IndexSelectKernel(weight, 0, flat, std::nullopt);
+  Shape out_shape = indices.shape();
+  out_shape.push_back(weight.size(1));
+  Tensor out = picked.AsStrided(out_shape, ContiguousStrides(out_shape), picked.storage_offset());
+  RecordIfNeeded(out, {weight},
+                 [&] { return MakeNode<EmbeddingBackward>(weight.shape(), indices, padding_idx); });
+  return out;
+}
+
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
+              const Conv2dOptions& options) {
+  CheckFloatingArg("conv2d", "input", input);
+  CheckFloatingArg("conv2d", "weight", weight);
+  CheckSameDTypeAndDevice("conv2d", "input", input, "weight", weight);
+  GS_CHECK_ARG(input.dim() == 3 || input.dim() == 4, "conv2d: input must be [N, C, H, W] or ",
+               "[C, H, W], got shape ", ShapeToString(input.shape()));
+  if (input.dim() == 3) return squeeze(conv2d(unsqueeze(input, 0), weight, bias, options), 0);
+  const ConvGeometry g = MakeConvGeometry(input.shape(), weight.shape(), options);
+  if (bias.defined()) {
+    CheckSameDTypeAndDevice("conv2d", "input", input, "bias", bias);
+    GS_CHECK_ARG(bias.shape() == Shape{g.out_channels}, "conv2d: bias has shape ",
+                 ShapeToString(bias.shape()), " but weight with shape ",
+                 ShapeToString(weight.shape()), " needs [", g.out_channels, "]");
+  }
+  CheckHostKernel("conv2d", input);
+  const Tensor x = input.contiguous(), w = weight.contiguous();
+  const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+  Tensor out =
+      Tensor::Empty({g.batch, g.out_channels, g.out_h, g.out_w}, input.dtype(), input.device());
+  DispatchFloating(input.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    Conv2dKernel<T>(x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr, g,
+                    out.data<T>());
+  });
+  RecordIfNeeded(out, {input, weight, bias},
+                 [&] { return MakeNode<ConvolutionBackward>(input, weight, bias.defined(), g); });
+  return out;
+}
+
+}  // namespace gradserve::ops

@@ -1,0 +1,90 @@
+// Checks and small helpers shared by the shape ops (shape.cc) and the NN ops (nn.cc).
+//
+// Every check throws StatusError(INVALID_ARGUMENT) whose message starts with the op's name and
+// names the argument, its value and the shapes involved (Note [Errors inside the engine]).
+// Stateless; safe from any thread.
+
+#ifndef GRADSERVE_ENGINE_OPS_SHAPE_COMMON_H_
+#define GRADSERVE_ENGINE_OPS_SHAPE_COMMON_H_
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "absl/types/span.h"
+#include "engine/autograd/node.h"
+#include "engine/autograd/variable.h"
+#include "engine/tensor/tensor.h"
+
+namespace gradserve::ops {
+
+// Wraps a possibly negative dim into [0, rank) (a 0-d tensor accepts -1 and 0). `arg` names the
+// attribute ("dim", "dim0"); `shape` is the tensor's, for the message.
+int64_t WrapDimArg(const char* op, const char* arg, int64_t dim, absl::Span<const int64_t> shape);
+// As WrapDimArg for an op that inserts a dimension (unsqueeze, stack): wraps into [0, rank].
+int64_t WrapInsertDimArg(const char* op, const char* arg, int64_t dim,
+                         absl::Span<const int64_t> shape);
+
+// Requires a defined tensor of the given dtype / a floating dtype.
+void CheckDTypeArg(const char* op, const char* arg, const Tensor& t, DType dtype);
+void CheckFloatingArg(const char* op, const char* arg, const Tensor& t);
+// Requires b to have a's dtype and device (a named arg_a, b named arg_b).
+void CheckSameDTypeAndDevice(const char* op, const char* arg_a, const Tensor& a, const char* arg_b,
+                             const Tensor& b);
+// Requires t's memory to be readable by host kernels; INTERNAL otherwise (no device here has
+// other memory yet, so only a bug reaches it).
+void CheckHostKernel(const char* op, const Tensor& t);
+
+// Checks every element of an int64 tensor against [0, bound); `skip`, if given, is also allowed
+// (ignore_index, padding_idx). The message names the first bad element by position, its value
+// and what it indexes, e.g. "gather: index[1, 0] = 7 is out of range for dimension 1 of input
+// with shape [2, 3]". `what` completes "for <what>".
+void CheckIndices(const char* op, const char* arg, const Tensor& index, int64_t bound,
+                  std::optional<int64_t> skip, const std::string& what);
+
+// The shape with dimension `dim` removed / inserted with `size`.
+Shape ShapeWithout(absl::Span<const int64_t> shape, int64_t dim);
+Shape ShapeWith(absl::Span<const int64_t> shape, int64_t dim, int64_t size);
+
+// The product of shape[begin, end).
+int64_t ProductOf(absl::Span<const int64_t> shape, int64_t begin, int64_t end);
+
+// --- Kernels without autograd, shared by the index ops and embedding (defined in shape.cc).
+// Indices must have been checked (CheckIndices) by the caller; host memory only.
+
+// The slices of input along dim named by the 0-d or 1-d index, in a new contiguous tensor whose
+// dim has index.numel() entries (a 0-d input gives index's shape). Slices whose index equals
+// skip read as zeros. Any dtype.
+Tensor IndexSelectKernel(const Tensor& input, int64_t dim, const Tensor& index,
+                         std::optional<int64_t> skip);
+// dst[.., index[j], ..] += src[.., j, ..] along dim, in order, skipping index == skip. dst is
+// contiguous; both floating of one dtype.
+void IndexAddKernel(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src,
+                    std::optional<int64_t> skip);
+
+// Records the node make() returns as the grad_fn of `out`, with edges to `inputs` (undefined
+// inputs get invalid edges), if grad mode is on and any input requires grad, and returns it so
+// the caller can save `out` in it (SavedVariable(out, /*is_output=*/true) must come after this
+// call, or the node would own its own output). Otherwise returns null and calls nothing, so
+// forward-only calls save nothing.
+template <typename MakeFn>
+auto RecordIfNeeded(Tensor& out, absl::Span<const Tensor> inputs, MakeFn&& make)
+    -> decltype(make()) {
+  if (!autograd::ShouldRecord(inputs)) return nullptr;
+  auto node = make();
+  node->set_next_edges(autograd::CollectNextEdges(inputs));
+  autograd::SetHistory(out, node);
+  return node;
+}
+template <typename MakeFn>
+auto RecordIfNeeded(Tensor& out, std::initializer_list<Tensor> inputs, MakeFn&& make)
+    -> decltype(make()) {
+  return RecordIfNeeded(out, absl::MakeConstSpan(inputs.begin(), inputs.size()),
+                        std::forward<MakeFn>(make));
+}
+
+}  // namespace gradserve::ops
+
+#endif  // GRADSERVE_ENGINE_OPS_SHAPE_COMMON_H_
