@@ -1,0 +1,96 @@
+#include "tests/server/test_util.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace gradserve::testing {
+
+server::ServerOptions TestOptions() {
+  server::ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.worker_threads = 2;
+  o.max_message_bytes = 4 << 20;
+  o.chunk_bytes = 256 << 10;
+  o.max_request_bytes = 64 << 20;
+  o.max_in_flight = 16;
+  o.limits.max_ops = 5000;
+  o.limits.max_leaves = 20;
+  o.limits.max_tensor_elements = 8 << 20;
+  o.limits.max_memory_bytes = 256 << 20;
+  o.limits.max_nesting = 4;
+  o.limits.max_backward_calls = 8;
+  return o;
+}
+
+TestServer::TestServer(const server::ServerOptions& options) {
+  absl::StatusOr<std::unique_ptr<server::GradServer>> s = server::GradServer::Start(options);
+  if (!s.ok()) {
+    ADD_FAILURE() << "server did not start: " << s.status();
+    return;
+  }
+  server_ = *std::move(s);
+  client_ = client::Client::Connect(target());
+}
+
+TestServer::~TestServer() {
+  if (server_ != nullptr) server_->Shutdown(absl::ZeroDuration());
+}
+
+std::string TestServer::target() const { return absl::StrCat("127.0.0.1:", server_->port()); }
+
+v1::GradRequest SquareRequest() {
+  RequestBuilder b;
+  b.RequestId("square")
+      .Leaf("x", HostTensor::Float32({1, 2, 3}, {3}), true)
+      .Op("mul", {"x", "x"}, {"y"})
+      .Op("sum", {"y"}, {"loss"});
+  b.Grad({"loss"}, {"x"});
+  return b.request();
+}
+
+v1::GradRequest SlowRequest(int steps, int n) {
+  RequestBuilder b;
+  b.RequestId(absl::StrCat("slow-", steps))
+      .Leaf("x", HostTensor::Float32(std::vector<float>(n, 0.5f), {1, n}), true)
+      .Leaf("a", HostTensor::Float32(std::vector<float>(n, 0.03f), {n, 1}))
+      .Leaf("b", HostTensor::Float32(std::vector<float>(n, 0.03f), {1, n}))
+      .Op("mul", {"a", "b"}, {"w"});
+  std::string h = "x";
+  for (int i = 0; i < steps; ++i) {
+    const std::string m = absl::StrCat("m", i), t = absl::StrCat("h", i);
+    b.Op("matmul", {h, "w"}, {m}).Op("tanh", {m}, {t});
+    h = t;
+  }
+  b.Op("sum", {h}, {"loss"});
+  b.Grad({"loss"}, {"x"});
+  return b.request();
+}
+
+bool WaitForInFlight(client::Client& client, int64_t expected, absl::Duration timeout) {
+  const absl::Time end = absl::Now() + timeout;
+  while (absl::Now() < end) {
+    absl::StatusOr<v1::ServerInfo> info = client.GetServerInfo();
+    if (info.ok() && info->counters().in_flight() == expected) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return false;
+}
+
+absl::Status CheckSquareWorks(client::Client& client) {
+  client::CallOptions options;
+  options.timeout = absl::Seconds(30);
+  absl::StatusOr<client::GradResult> r = client.Grad(SquareRequest(), options);
+  if (!r.ok()) return r.status();
+  if (r->calls.size() != 1 || r->calls[0].gradients.size() != 1 ||
+      !r->calls[0].gradients[0].value) {
+    return absl::InternalError("square: wrong response layout");
+  }
+  const std::vector<double> g = r->calls[0].gradients[0].value->ToDoubles();
+  if (g != std::vector<double>{2, 4, 6}) return absl::InternalError("square: wrong gradient");
+  return absl::OkStatus();
+}
+
+}  // namespace gradserve::testing

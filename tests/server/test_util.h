@@ -1,0 +1,56 @@
+// Helpers for the server tests: an in-process server on a free loopback port with a real
+// client, and requests used by several tests.
+
+#ifndef GRADSERVE_TESTS_SERVER_TEST_UTIL_H_
+#define GRADSERVE_TESTS_SERVER_TEST_UTIL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/gradserve_client.h"
+#include "server/grad_server.h"
+#include "server/server_options.h"
+
+namespace gradserve::testing {
+
+namespace v1 = ::gradserve::v1;
+using client::HostTensor;
+using client::RequestBuilder;
+
+// Small limits, so that every limit can be passed cheaply.
+server::ServerOptions TestOptions();
+
+// A GradServer on 127.0.0.1, port 0 (picked free), and a Client connected to it. Shuts the
+// server down (no grace) when destroyed.
+class TestServer {
+ public:
+  explicit TestServer(const server::ServerOptions& options = TestOptions());
+  ~TestServer();
+
+  client::Client& client() { return *client_; }
+  server::GradServer& server() { return *server_; }
+  std::string target() const;
+
+ private:
+  std::unique_ptr<server::GradServer> server_;
+  std::unique_ptr<client::Client> client_;
+};
+
+// loss = sum(x * x) with x = [1, 2, 3] float32 requiring grad; one grad call for x.
+v1::GradRequest SquareRequest();
+
+// A request that runs for a while, with little memory: x [1, n] requires grad, W = a^T b
+// ([n, n], built on the server), `steps` times h = tanh(h @ W), loss = sum(h); one grad call.
+v1::GradRequest SlowRequest(int steps, int n = 1024);
+
+// Polls the server's counters until in_flight == expected or timeout; true if it got there.
+bool WaitForInFlight(client::Client& client, int64_t expected, absl::Duration timeout);
+
+// Runs the same request against the running server and checks 2x. Returns the status.
+absl::Status CheckSquareWorks(client::Client& client);
+
+}  // namespace gradserve::testing
+
+#endif  // GRADSERVE_TESTS_SERVER_TEST_UTIL_H_
