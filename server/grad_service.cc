@@ -79,8 +79,7 @@ class GradService::UnaryGradReactor final : public grpc::ServerUnaryReactor {
 
 // Note [Request flow], streaming form. Reads, the work and writes happen one after another, so
 // no two of them touch the reactor's fields at once; OnCancel touches only the token.
-class GradService::StreamGradReactor final
-    : public grpc::ServerBidiReactor<v1::Chunk, v1::Chunk> {
+class GradService::StreamGradReactor final : public grpc::ServerBidiReactor<v1::Chunk, v1::Chunk> {
  public:
   StreamGradReactor(GradService* service, grpc::CallbackServerContext* context)
       : service_(service),
@@ -103,9 +102,9 @@ class GradService::StreamGradReactor final
     const int64_t limit = service_->options_.max_request_bytes;
     if (chunk_.total_bytes() > limit ||
         static_cast<int64_t>(received_.size() + chunk_.data().size()) > limit) {
-      FailEarly(absl::ResourceExhaustedError(absl::StrCat(
-          "the streamed request is larger than the limit of ", limit,
-          " bytes (--max_request_bytes)")));
+      FailEarly(absl::ResourceExhaustedError(
+          absl::StrCat("the streamed request is larger than the limit of ", limit,
+                       " bytes (--max_request_bytes)")));
       return;
     }
     if (chunk_.total_bytes() > 0 && received_.empty()) received_.reserve(chunk_.total_bytes());
@@ -132,9 +131,9 @@ class GradService::StreamGradReactor final
       return;
     }
     if (!request_.ParseFromString(received_)) {
-      FailEarly(absl::InvalidArgumentError(absl::StrCat(
-          "malformed request: the ", received_.size(),
-          " streamed bytes do not parse as a gradserve.v1.GradRequest")));
+      FailEarly(absl::InvalidArgumentError(
+          absl::StrCat("malformed request: the ", received_.size(),
+                       " streamed bytes do not parse as a gradserve.v1.GradRequest")));
       return;
     }
     const int64_t request_bytes = static_cast<int64_t>(received_.size());
@@ -171,8 +170,8 @@ class GradService::StreamGradReactor final
       Finish(grpc::Status::OK);
       return;
     }
-    const size_t n = std::min(out_.size() - written_,
-                              static_cast<size_t>(service_->options_.chunk_bytes));
+    const size_t n =
+        std::min(out_.size() - written_, static_cast<size_t>(service_->options_.chunk_bytes));
     chunk_.Clear();
     if (written_ == 0) chunk_.set_total_bytes(static_cast<int64_t>(out_.size()));
     chunk_.set_data(out_.substr(written_, n));
@@ -184,12 +183,12 @@ class GradService::StreamGradReactor final
   grpc::CallbackServerContext* const context_;
   const std::shared_ptr<autograd::CancellationToken> cancel_;
   const absl::Time received_at_;
-  v1::Chunk chunk_;        // the read, then the write, in progress
-  std::string received_;   // the serialized request so far
+  v1::Chunk chunk_;       // the read, then the write, in progress
+  std::string received_;  // the serialized request so far
   v1::GradRequest request_;
   v1::GradResponse response_;
-  std::string out_;        // the serialized response
-  size_t written_ = 0;     // bytes of out_ sent (1 for an empty response once sent)
+  std::string out_;     // the serialized response
+  size_t written_ = 0;  // bytes of out_ sent (1 for an empty response once sent)
 };
 
 GradService::GradService(ServerOptions options)
@@ -240,9 +239,9 @@ absl::Status GradService::Admit() {
     return absl::UnavailableError("the server is shutting down; retry on another replica");
   }
   if (in_flight_ >= options_.max_in_flight) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the server is full: ", in_flight_, " requests in flight, the limit is ",
-        options_.max_in_flight, " (--max_in_flight); retry later"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the server is full: ", in_flight_, " requests in flight, the limit is ",
+                     options_.max_in_flight, " (--max_in_flight); retry later"));
   }
   ++in_flight_;
   return absl::OkStatus();
@@ -268,7 +267,8 @@ void GradService::Release(const std::string& request_id, const std::string& rpc,
   const grpc::Status grpc_status = ToGrpcStatus(status);
   LogLine(absl::StrFormat(
       "request id=%s rpc=%s status=%s duration_ms=%.3f nodes=%d bytes_in=%d bytes_out=%d%s%s",
-      LogId(request_id), rpc, absl::StatusCodeToString(static_cast<absl::StatusCode>(grpc_status.error_code())),
+      LogId(request_id), rpc,
+      absl::StatusCodeToString(static_cast<absl::StatusCode>(grpc_status.error_code())),
       absl::ToDoubleMilliseconds(absl::Now() - received), nodes, bytes_in, bytes_out,
       status.ok() ? "" : " error=", status.ok() ? "" : grpc_status.error_message().substr(0, 200)));
   absl::MutexLock lock(&mutex_);

@@ -99,8 +99,8 @@ int Main() {
     return 1;
   }
   std::string host = options.listen_address.substr(0, options.listen_address.rfind(':'));
-  LogLine(absl::StrCat("listening on ", host, ":", (*server)->port(), " (version ",
-                       ServerVersion(), ")"));
+  LogLine(absl::StrCat("listening on ", host, ":", (*server)->port(), " (version ", ServerVersion(),
+                       ")"));
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);

@@ -14,8 +14,7 @@
 namespace gradserve::server {
 namespace {
 
-void AddAttr(v1::OpInfo* op, const char* name, ops::AttrType type, bool required,
-             const char* doc) {
+void AddAttr(v1::OpInfo* op, const char* name, ops::AttrType type, bool required, const char* doc) {
   v1::AttrInfo* a = op->add_attrs();
   a->set_name(name);
   a->set_type(ops::AttrTypeName(type));

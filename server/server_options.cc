@@ -22,19 +22,20 @@ absl::Status CheckOptions(const ServerOptions& o) {
   }
   if (o.chunk_bytes > o.max_message_bytes - 64) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--chunk_bytes (", o.chunk_bytes, ") must leave 64 bytes of framing below --max_message_bytes (",
-        o.max_message_bytes, ")"));
+        "--chunk_bytes (", o.chunk_bytes,
+        ") must leave 64 bytes of framing below --max_message_bytes (", o.max_message_bytes, ")"));
   }
-  for (auto [name, value] : {std::pair<const char*, int64_t>{"max_message_bytes", o.max_message_bytes},
-                             {"max_request_bytes", o.max_request_bytes},
-                             {"chunk_bytes", o.chunk_bytes},
-                             {"max_in_flight", o.max_in_flight},
-                             {"max_ops", o.limits.max_ops},
-                             {"max_leaves", o.limits.max_leaves},
-                             {"max_tensor_elements", o.limits.max_tensor_elements},
-                             {"max_memory_bytes", o.limits.max_memory_bytes},
-                             {"max_nesting", o.limits.max_nesting},
-                             {"max_backward_calls", o.limits.max_backward_calls}}) {
+  for (auto [name, value] :
+       {std::pair<const char*, int64_t>{"max_message_bytes", o.max_message_bytes},
+        {"max_request_bytes", o.max_request_bytes},
+        {"chunk_bytes", o.chunk_bytes},
+        {"max_in_flight", o.max_in_flight},
+        {"max_ops", o.limits.max_ops},
+        {"max_leaves", o.limits.max_leaves},
+        {"max_tensor_elements", o.limits.max_tensor_elements},
+        {"max_memory_bytes", o.limits.max_memory_bytes},
+        {"max_nesting", o.limits.max_nesting},
+        {"max_backward_calls", o.limits.max_backward_calls}}) {
     if (absl::Status s = Positive(name, value); !s.ok()) return s;
   }
   return absl::OkStatus();

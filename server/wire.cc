@@ -29,9 +29,9 @@ struct TensorPlan {
 };
 
 std::string DescribeOp(const v1::Op& op, int index) {
-  return absl::StrCat("op #", index, " '", op.op(), "'",
-                      op.outputs_size() > 0 ? absl::StrCat(" (output '", op.outputs(0), "')")
-                                            : std::string());
+  return absl::StrCat(
+      "op #", index, " '", op.op(), "'",
+      op.outputs_size() > 0 ? absl::StrCat(" (output '", op.outputs(0), "')") : std::string());
 }
 
 // Checks everything about a wire tensor that can be checked before allocating it. `what` names
@@ -54,15 +54,15 @@ absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& 
   }
   plan.numel = *numel;
   if (plan.numel > limits.max_tensor_elements) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        what, ": shape ", ShapeToString(plan.shape), " has ", plan.numel,
-        " elements, over the limit of ", limits.max_tensor_elements,
-        " elements per tensor (--max_tensor_elements)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, ": shape ", ShapeToString(plan.shape), " has ", plan.numel,
+                     " elements, over the limit of ", limits.max_tensor_elements,
+                     " elements per tensor (--max_tensor_elements)"));
   }
   if (__builtin_mul_overflow(plan.numel, static_cast<int64_t>(ElementSize(plan.dtype)),
                              &plan.nbytes)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(what, ": shape ", ShapeToString(plan.shape), " needs more bytes than fit in int64"));
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": shape ", ShapeToString(plan.shape),
+                                                     " needs more bytes than fit in int64"));
   }
 
   const char* dtype_name = DTypeName(plan.dtype);
@@ -70,18 +70,18 @@ absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& 
     case v1::Tensor::kData: {
       const std::string& data = t.data();
       if (static_cast<int64_t>(data.size()) != plan.nbytes) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, ": data has ", data.size(), " bytes but ", dtype_name,
-            ShapeToString(plan.shape), " needs ", plan.nbytes, " (", plan.numel, " elements of ",
-            ElementSize(plan.dtype), " bytes)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": data has ", data.size(), " bytes but ", dtype_name,
+                         ShapeToString(plan.shape), " needs ", plan.nbytes, " (", plan.numel,
+                         " elements of ", ElementSize(plan.dtype), " bytes)"));
       }
       if (plan.dtype == DType::kBool) {
         for (size_t i = 0; i < data.size(); ++i) {
           const auto byte = static_cast<unsigned char>(data[i]);
           if (byte > 1) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                what, ": byte ", i, " of bool data is ", static_cast<int>(byte),
-                "; bools are 0 or 1"));
+            return absl::InvalidArgumentError(absl::StrCat(what, ": byte ", i, " of bool data is ",
+                                                           static_cast<int>(byte),
+                                                           "; bools are 0 or 1"));
           }
         }
       }
@@ -107,8 +107,7 @@ absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& 
       }
       if (others != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
-            what, ": a ", dtype_name, " tensor takes its values in 'values.", list,
-            "' only"));
+            what, ": a ", dtype_name, " tensor takes its values in 'values.", list, "' only"));
       }
       if (given != plan.numel) {
         return absl::InvalidArgumentError(
@@ -119,8 +118,8 @@ absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& 
     }
     case v1::Tensor::CONTENTS_NOT_SET:
       if (plan.numel != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what, ": no contents; set 'data' (raw little-endian bytes) or 'values'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": no contents; set 'data' (raw little-endian bytes) or 'values'"));
       }
       break;
   }
@@ -170,14 +169,14 @@ class Census {
 
   absl::Status CountGraph(const v1::Graph& g, int64_t depth, const std::string& scope) {
     if (depth > limits_.max_nesting) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          scope, "checkpoint bodies nest deeper than the limit of ", limits_.max_nesting,
-          " (--max_nesting)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat(scope, "checkpoint bodies nest deeper than the limit of ",
+                       limits_.max_nesting, " (--max_nesting)"));
     }
     leaves_ += g.leaves_size();
     if (leaves_ > limits_.max_leaves) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the graph has more than ", limits_.max_leaves, " leaves (--max_leaves)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the graph has more than ", limits_.max_leaves, " leaves (--max_leaves)"));
     }
     ops_ += g.ops_size();
     if (ops_ > limits_.max_ops) {
@@ -185,7 +184,8 @@ class Census {
           absl::StrCat("the graph has more than ", limits_.max_ops, " ops (--max_ops)"));
     }
     for (const v1::Leaf& leaf : g.leaves()) {
-      if (absl::Status s = CountTensor(leaf.value(), absl::StrCat(scope, "leaf '", leaf.name(), "'"));
+      if (absl::Status s =
+              CountTensor(leaf.value(), absl::StrCat(scope, "leaf '", leaf.name(), "'"));
           !s.ok()) {
         return s;
       }
@@ -194,7 +194,8 @@ class Census {
       const v1::Op& op = g.ops(i);
       if (!op.has_body()) continue;
       if (absl::Status s =
-              CountGraph(op.body(), depth + 1, absl::StrCat(scope, "in the body of ", DescribeOp(op, i), ": "));
+              CountGraph(op.body(), depth + 1,
+                         absl::StrCat(scope, "in the body of ", DescribeOp(op, i), ": "));
           !s.ok()) {
         return s;
       }
@@ -205,10 +206,11 @@ class Census {
   absl::Status CountTensor(const v1::Tensor& t, const std::string& what) {
     absl::StatusOr<TensorPlan> plan = PlanTensor(t, limits_, what);
     if (!plan.ok()) return plan.status();
-    if (__builtin_add_overflow(bytes_, plan->nbytes, &bytes_) || bytes_ > limits_.max_memory_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          what, ": the request's tensors need more than the limit of ", limits_.max_memory_bytes,
-          " bytes per request (--max_memory_bytes)"));
+    if (__builtin_add_overflow(bytes_, plan->nbytes, &bytes_) ||
+        bytes_ > limits_.max_memory_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(what, ": the request's tensors need more than the limit of ",
+                       limits_.max_memory_bytes, " bytes per request (--max_memory_bytes)"));
     }
     return absl::OkStatus();
   }
@@ -235,7 +237,8 @@ absl::StatusOr<ops::AttrValue> FromProto(const v1::AttrValue& v, const std::stri
     case v1::AttrValue::kS:
       return ops::AttrValue(v.s());
     case v1::AttrValue::kInts:
-      return ops::AttrValue(std::vector<int64_t>(v.ints().values().begin(), v.ints().values().end()));
+      return ops::AttrValue(
+          std::vector<int64_t>(v.ints().values().begin(), v.ints().values().end()));
     case v1::AttrValue::kFloats:
       return ops::AttrValue(
           std::vector<double>(v.floats().values().begin(), v.floats().values().end()));
@@ -279,8 +282,8 @@ absl::StatusOr<graph::Graph> BuildGraph(const v1::Graph& g, const graph::Limits&
       dst.attrs.set(name, *std::move(attr));
     }
     if (op.has_body()) {
-      absl::StatusOr<graph::Graph> body =
-          BuildGraph(op.body(), limits, absl::StrCat(scope, "in the body of ", DescribeOp(op, i), ": "));
+      absl::StatusOr<graph::Graph> body = BuildGraph(
+          op.body(), limits, absl::StrCat(scope, "in the body of ", DescribeOp(op, i), ": "));
       if (!body.ok()) return body.status();
       dst.body = std::make_shared<const graph::Graph>(*std::move(body));
     }
@@ -347,9 +350,9 @@ absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request,
                                         const graph::Limits& limits) {
   // Pass one: nothing is allocated until the whole request is known to fit.
   if (request.calls_size() > limits.max_backward_calls) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the request has ", request.calls_size(), " backward calls, over the limit of ",
-                     limits.max_backward_calls, " (--max_backward_calls)"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the request has ", request.calls_size(), " backward calls, over the limit of ",
+        limits.max_backward_calls, " (--max_backward_calls)"));
   }
   Census census(limits);
   if (absl::Status s = census.CountGraph(request.graph(), 0, ""); !s.ok()) return s;
@@ -358,8 +361,8 @@ absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request,
     absl::flat_hash_set<std::string> roots(call.roots().begin(), call.roots().end());
     for (const auto& [root, seed] : call.seeds()) {
       if (!roots.contains(root)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "call #", c, ": seed given for '", root, "', which is not one of the call's roots"));
+        return absl::InvalidArgumentError(absl::StrCat("call #", c, ": seed given for '", root,
+                                                       "', which is not one of the call's roots"));
       }
       if (absl::Status s = census.CountTensor(seed, DescribeSeed(c, root)); !s.ok()) return s;
     }

@@ -26,8 +26,9 @@ bool IsHelp(const std::string& arg) {
 }
 
 void PrintToolHelp(const std::vector<Command>& commands) {
-  std::printf("gradserve: computes gradients on a gradserve server.\n\n"
-              "Usage: gradserve COMMAND [flags] [args]\n\nCommands:\n");
+  std::printf(
+      "gradserve: computes gradients on a gradserve server.\n\n"
+      "Usage: gradserve COMMAND [flags] [args]\n\nCommands:\n");
   for (const Command& c : commands) std::printf("  %-8s %s\n", c.name.c_str(), c.summary.c_str());
   std::printf("\n'gradserve COMMAND --help' describes a command and its flags.\n");
 }
@@ -69,7 +70,8 @@ int Run(int argc, char** argv) {
   std::vector<char*> args = {program.data()};
   for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
   absl::SetProgramUsageMessage(command->usage);
-  std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  std::vector<char*> positional =
+      absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
   return command->run(std::vector<std::string>(positional.begin() + 1, positional.end()));
 }
 
