@@ -158,9 +158,9 @@ template void Col2ImAddImage<float>(const float*, const ConvGeometry&, float*);
 template void Col2ImAddImage<double>(const double*, const ConvGeometry&, double*);
 
 Tensor Im2Col(const Tensor& input, const ConvGeometry& g) {
-  CheckFloatingArg("im2col", "input", input);
+  RequireFloating("im2col", "input", input);
   GS_CHECK_INTERNAL(input.shape() == g.input_shape(), "im2col: input does not fit the geometry");
-  CheckHostKernel("im2col", input);
+  RequireHostMemory("im2col", input);
   const Tensor x = input.contiguous();
   Tensor out = Tensor::Empty(g.cols_shape(), input.dtype(), input.device());
   const int64_t image_size = g.channels * g.height * g.width;
@@ -176,9 +176,9 @@ Tensor Im2Col(const Tensor& input, const ConvGeometry& g) {
 }
 
 Tensor Col2Im(const Tensor& cols, const ConvGeometry& g) {
-  CheckFloatingArg("col2im", "cols", cols);
+  RequireFloating("col2im", "cols", cols);
   GS_CHECK_INTERNAL(cols.shape() == g.cols_shape(), "col2im: cols do not fit the geometry");
-  CheckHostKernel("col2im", cols);
+  RequireHostMemory("col2im", cols);
   const Tensor c = cols.contiguous();
   Tensor out = Tensor::Zeros(g.input_shape(), cols.dtype(), cols.device());
   const int64_t image_size = g.channels * g.height * g.width;

@@ -129,9 +129,9 @@ class SoftmaxBackward final : public Node {
 };
 
 Tensor SoftmaxImpl(const char* op, const Tensor& input, int64_t dim, bool log) {
-  CheckFloatingArg(op, "input", input);
+  RequireFloating(op, "input", input);
   dim = WrapDimArg(op, "dim", dim, input.shape());
-  CheckHostKernel(op, input);
+  RequireHostMemory(op, input);
   const Tensor x = input.contiguous();
   Tensor out = Tensor::Empty(input.shape(), input.dtype(), input.device());
   DispatchFloating(input.dtype(), [&](auto tag) {
@@ -154,7 +154,7 @@ int64_t ClassDim(const Tensor& input) { return input.dim() >= 2 ? 1 : 0; }
 // Checks input (log-probabilities or logits) and class-index target for `op`.
 void CheckClassTarget(const char* op, const Tensor& input, const Tensor& target,
                       int64_t ignore_index) {
-  CheckFloatingArg(op, "input", input);
+  RequireFloating(op, "input", input);
   GS_CHECK_ARG(input.dim() >= 1, op, ": input must have a class dimension, got shape []");
   CheckDTypeArg(op, "target", target, DType::kInt64);
   const int64_t class_dim = ClassDim(input);
@@ -248,7 +248,7 @@ class NllLossBackward final : public Node {
 Tensor NllLossImpl(const char* op, const Tensor& input, const Tensor& target, Reduction reduction,
                    int64_t ignore_index, int64_t* count_out) {
   CheckClassTarget(op, input, target, ignore_index);
-  CheckHostKernel(op, input);
+  RequireHostMemory(op, input);
   const int64_t class_dim = ClassDim(input);
   NllWeights w = MakeNllWeights(target, input.dtype(), reduction, ignore_index);
   *count_out = w.count;
@@ -662,8 +662,8 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduct
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  CheckFloatingArg("mse_loss", "input", input);
-  CheckFloatingArg("mse_loss", "target", target);
+  RequireFloating("mse_loss", "input", input);
+  RequireFloating("mse_loss", "target", target);
   CheckSameDTypeAndDevice("mse_loss", "input", input, "target", target);
   Tensor x = input, t = target;
   if (x.shape() != t.shape()) {
@@ -671,7 +671,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
     x = expand(x, shape);
     t = expand(t, shape);
   }
-  CheckHostKernel("mse_loss", x);
+  RequireHostMemory("mse_loss", x);
   const Tensor xc = x.contiguous(), tc = t.contiguous();
   Tensor out =
       Tensor::Empty(reduction == Reduction::kNone ? x.shape() : Shape{}, x.dtype(), x.device());
@@ -698,7 +698,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
 
 Tensor layer_norm(const Tensor& input, absl::Span<const int64_t> normalized_shape,
                   const Tensor& weight, const Tensor& bias, double eps) {
-  CheckFloatingArg("layer_norm", "input", input);
+  RequireFloating("layer_norm", "input", input);
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   GS_CHECK_ARG(k >= 1, "layer_norm: normalized_shape must name at least one dimension");
   const bool fits = k <= input.dim() && std::equal(normalized_shape.begin(), normalized_shape.end(),
@@ -714,7 +714,7 @@ Tensor layer_norm(const Tensor& input, absl::Span<const int64_t> normalized_shap
                  " but normalized_shape is ", ShapeToString(normalized_shape));
   }
   GS_CHECK_ARG(eps >= 0, "layer_norm: eps = ", eps, " must be non-negative");
-  CheckHostKernel("layer_norm", input);
+  RequireHostMemory("layer_norm", input);
   const int64_t cols = ProductOf(input.shape(), input.dim() - k, input.dim());
   const int64_t rows = cols == 0 ? 0 : input.numel() / cols;
   const Tensor x = input.contiguous();
@@ -736,7 +736,7 @@ Tensor layer_norm(const Tensor& input, absl::Span<const int64_t> normalized_shap
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int64_t> padding_idx) {
-  CheckFloatingArg("embedding", "weight", weight);
+  RequireFloating("embedding", "weight", weight);
   GS_CHECK_ARG(weight.dim() == 2, "embedding: weight must be 2-d [num_embeddings, ",
                "embedding_dim], got shape ", ShapeToString(weight.shape()));
   const int64_t rows = weight.size(0);
@@ -761,8 +761,8 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
               const Conv2dOptions& options) {
-  CheckFloatingArg("conv2d", "input", input);
-  CheckFloatingArg("conv2d", "weight", weight);
+  RequireFloating("conv2d", "input", input);
+  RequireFloating("conv2d", "weight", weight);
   CheckSameDTypeAndDevice("conv2d", "input", input, "weight", weight);
   GS_CHECK_ARG(input.dim() == 3 || input.dim() == 4, "conv2d: input must be [N, C, H, W] or ",
                "[C, H, W], got shape ", ShapeToString(input.shape()));
@@ -774,7 +774,7 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
                  ShapeToString(bias.shape()), " but weight with shape ",
                  ShapeToString(weight.shape()), " needs [", g.out_channels, "]");
   }
-  CheckHostKernel("conv2d", input);
+  RequireHostMemory("conv2d", input);
   const Tensor x = input.contiguous(), w = weight.contiguous();
   const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
   Tensor out =

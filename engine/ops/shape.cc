@@ -392,7 +392,7 @@ void ForEachGathered(const Tensor& index, const Tensor& target, int64_t dim, Fn&
 
 Tensor IndexSelectKernel(const Tensor& input, int64_t dim, const Tensor& index,
                          std::optional<int64_t> skip) {
-  CheckHostKernel("index_select", input);
+  RequireHostMemory("index_select", input);
   const Tensor in = input.contiguous();
   const Tensor idx = index.contiguous();
   const Shape in_shape = input.dim() == 0 ? Shape{1} : input.shape();
@@ -422,7 +422,7 @@ Tensor IndexSelectKernel(const Tensor& input, int64_t dim, const Tensor& index,
 
 void IndexAddKernel(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src,
                     std::optional<int64_t> skip) {
-  CheckHostKernel("index_add", dst);
+  RequireHostMemory("index_add", dst);
   GS_CHECK_INTERNAL(dst.is_contiguous() && IsFloating(dst.dtype()) && dst.dtype() == src.dtype());
   const Tensor s = src.contiguous();
   const Tensor idx = index.contiguous();
@@ -597,7 +597,7 @@ Tensor cat(absl::Span<const Tensor> tensors, int64_t dim) {
   }
   shape[dim] = total;
   Tensor out = Tensor::Empty(shape, first.dtype(), first.device());
-  CheckHostKernel("cat", out);
+  RequireHostMemory("cat", out);
   int64_t offset = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     CopyInto(NarrowView(out, dim, offset, sizes[i]), tensors[i]);
@@ -623,7 +623,7 @@ Tensor stack(absl::Span<const Tensor> tensors, int64_t dim) {
   dim = WrapInsertDimArg("stack", "dim", dim, first.shape());
   const int64_t count = static_cast<int64_t>(tensors.size());
   Tensor out = Tensor::Empty(ShapeWith(first.shape(), dim, count), first.dtype(), first.device());
-  CheckHostKernel("stack", out);
+  RequireHostMemory("stack", out);
   for (int64_t i = 0; i < count; ++i) CopyInto(SelectView(out, dim, i), tensors[i]);
   RecordIfNeeded(out, tensors, [&] { return MakeNode<StackBackward>(dim, count); });
   return out;
@@ -680,7 +680,7 @@ Tensor IndexSelectSkipping(const Tensor& input, int64_t dim, const Tensor& index
 
 Tensor IndexAddIntoZeros(absl::Span<const int64_t> shape, int64_t dim, const Tensor& index,
                          const Tensor& source, std::optional<int64_t> skip) {
-  CheckFloatingArg("index_add", "source", source);
+  RequireFloating("index_add", "source", source);
   dim = CheckIndexSelectArgs("index_add", "self", shape, dim, index, skip);
   const Shape want = IndexSelectShape(shape, dim, index);
   GS_CHECK_ARG(source.shape() == want, "index_add: source has shape ",
@@ -695,7 +695,7 @@ Tensor IndexAddIntoZeros(absl::Span<const int64_t> shape, int64_t dim, const Ten
 Tensor gather(const Tensor& input, int64_t dim, const Tensor& index) {
   GS_CHECK_ARG(input.defined(), "gather: input is missing");
   dim = CheckGatherArgs("gather", input.shape(), dim, index);
-  CheckHostKernel("gather", input);
+  RequireHostMemory("gather", input);
   const Tensor idx = index.contiguous();
   Tensor out = Tensor::Empty(index.shape(), input.dtype(), input.device());
   DispatchDType(input.dtype(), [&](auto tag) {
@@ -710,11 +710,11 @@ Tensor gather(const Tensor& input, int64_t dim, const Tensor& index) {
 
 Tensor ScatterAddIntoZeros(absl::Span<const int64_t> shape, int64_t dim, const Tensor& index,
                            const Tensor& src) {
-  CheckFloatingArg("scatter_add", "src", src);
+  RequireFloating("scatter_add", "src", src);
   dim = CheckGatherArgs("scatter_add", shape, dim, index);
   GS_CHECK_ARG(src.shape() == index.shape(), "scatter_add: src has shape ",
                ShapeToString(src.shape()), " but index has shape ", ShapeToString(index.shape()));
-  CheckHostKernel("scatter_add", src);
+  RequireHostMemory("scatter_add", src);
   const Tensor idx = index.contiguous();
   const Tensor s = src.contiguous();
   Tensor out = Tensor::Zeros(shape, src.dtype(), src.device());

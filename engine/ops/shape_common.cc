@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engine/device/device_registry.h"
 #include "engine/tensor/basic_kernels.h"
 
 namespace gradserve::ops {
@@ -47,12 +46,6 @@ void CheckDTypeArg(const char* op, const char* arg, const Tensor& t, DType dtype
                t.DebugString());
 }
 
-void CheckFloatingArg(const char* op, const char* arg, const Tensor& t) {
-  GS_CHECK_ARG(t.defined(), op, ": ", arg, " is missing");
-  GS_CHECK_ARG(IsFloating(t.dtype()), op, ": ", arg, " must be float32 or float64, got ",
-               t.DebugString());
-}
-
 void CheckSameDTypeAndDevice(const char* op, const char* arg_a, const Tensor& a, const char* arg_b,
                              const Tensor& b) {
   GS_CHECK_ARG(a.dtype() == b.dtype() && a.device() == b.device(), op, ": ", arg_b, " (",
@@ -60,17 +53,10 @@ void CheckSameDTypeAndDevice(const char* op, const char* arg_a, const Tensor& a,
                a.DebugString(), ")");
 }
 
-void CheckHostKernel(const char* op, const Tensor& t) {
-  if (!DeviceRegistry::Get().host_accessible(t.device())) {
-    ThrowStatus(absl::InternalError(
-        absl::StrCat(op, ": no kernel for a tensor on ", DeviceName(t.device()))));
-  }
-}
-
 void CheckIndices(const char* op, const char* arg, const Tensor& index, int64_t bound,
                   std::optional<int64_t> skip, const std::string& what) {
   CheckDTypeArg(op, arg, index, DType::kInt64);
-  CheckHostKernel(op, index);
+  RequireHostMemory(op, index);
   const int64_t* data = index.data<int64_t>();
   int64_t linear = 0;
   int64_t bad_linear = -1;

@@ -16,6 +16,7 @@
 #include "absl/types/span.h"
 #include "engine/autograd/node.h"
 #include "engine/autograd/variable.h"
+#include "engine/ops/op_kernels.h"
 #include "engine/tensor/tensor.h"
 
 namespace gradserve::ops {
@@ -27,15 +28,12 @@ int64_t WrapDimArg(const char* op, const char* arg, int64_t dim, absl::Span<cons
 int64_t WrapInsertDimArg(const char* op, const char* arg, int64_t dim,
                          absl::Span<const int64_t> shape);
 
-// Requires a defined tensor of the given dtype / a floating dtype.
+// Requires a defined tensor of the given dtype.
+// (RequireFloating in op_kernels.h checks for a floating dtype.)
 void CheckDTypeArg(const char* op, const char* arg, const Tensor& t, DType dtype);
-void CheckFloatingArg(const char* op, const char* arg, const Tensor& t);
 // Requires b to have a's dtype and device (a named arg_a, b named arg_b).
 void CheckSameDTypeAndDevice(const char* op, const char* arg_a, const Tensor& a, const char* arg_b,
                              const Tensor& b);
-// Requires t's memory to be readable by host kernels; INTERNAL otherwise (no device here has
-// other memory yet, so only a bug reaches it).
-void CheckHostKernel(const char* op, const Tensor& t);
 
 // Checks every element of an int64 tensor against [0, bound); `skip`, if given, is also allowed
 // (ignore_index, padding_idx). The message names the first bad element by position, its value
