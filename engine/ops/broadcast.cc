@@ -124,6 +124,7 @@ Tensor sum_to(const Tensor& grad, absl::Span<const int64_t> shape) {
 
 Tensor broadcast_to(const Tensor& input, absl::Span<const int64_t> shape) {
   RequireDefined("broadcast_to", "input", input);
+  GS_CHECK_ARG(CheckedNumel(shape).ok(), "broadcast_to: invalid shape ", ShapeToString(shape));
   if (absl::MakeConstSpan(input.shape()) == shape) return input;
   return ExpandOver(input, SumToLayout("broadcast_to", shape, input.shape()));
 }

@@ -481,6 +481,7 @@ TEST(BroadcastTest, BroadcastToIsAView) {
   EXPECT_EQ(y.storage(), x.storage());
   ExpectNear(y, {1, 1, 2, 2, 1, 1, 2, 2, 1, 1, 2, 2});
   ExpectInvalid([&] { broadcast_to(x, {3}); }, "broadcast_to: shape [2, 1] cannot be broadcast");
+  ExpectInvalid([&] { broadcast_to(x, {-1, 1}); }, "broadcast_to: invalid shape [-1, 1]");
 }
 
 TEST(BroadcastTest, GradChecks) {
