@@ -63,14 +63,14 @@ class ElementwiseBackward final : public autograd::Node {
 using Formula = ElementwiseBackward::Formula;
 
 // Records an ElementwiseBackward for out if needed; null otherwise.
-std::shared_ptr<ElementwiseBackward> Record(Tensor& out, std::initializer_list<Tensor> inputs,
-                                            const char* name, Formula formula) {
+std::shared_ptr<ElementwiseBackward> Record(Tensor& out, TensorRefs inputs, const char* name,
+                                            Formula formula) {
   return RecordOp<ElementwiseBackward>(out, inputs, name, formula);
 }
 
 // True when a backward formula over these tensors records nothing (no create_graph), so it may
 // run as one fused loop.
-bool CanFuse(std::initializer_list<Tensor> tensors) { return !autograd::ShouldRecord(tensors); }
+bool CanFuse(TensorRefs tensors) { return !ShouldRecordAny(tensors); }
 
 template <typename, typename T>
 using Same = T;

@@ -22,6 +22,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <tuple>
@@ -31,6 +32,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/types/span.h"
+#include "engine/autograd/grad_mode.h"
 #include "engine/autograd/node.h"
 #include "engine/autograd/variable.h"
 #include "engine/tensor/tensor.h"
@@ -237,15 +239,31 @@ void ReduceKernel(const Tensor& input, absl::Span<const bool> reduced, const Ten
 
 // --- Autograd recording ---
 
+// The inputs of an op being recorded, by reference (no shared_ptr copies on the hot path).
+using TensorRefs = std::initializer_list<std::reference_wrapper<const Tensor>>;
+
+// True if grad mode is on and any input requires grad (autograd::ShouldRecord without
+// copying the tensors).
+inline bool ShouldRecordAny(TensorRefs inputs) {
+  if (!autograd::GradMode::is_enabled()) return false;
+  for (const Tensor& t : inputs) {
+    if (t.defined() && t.requires_grad()) return true;
+  }
+  return false;
+}
+
 // If grad mode is on and any input requires grad: makes NodeT(args...), gives it edges to
 // inputs (undefined or no-grad inputs get invalid edges), makes it out's grad_fn and returns it,
 // so the caller can then save what its backward needs (an output is saved after this call, with
 // SavedVariable(out, /*is_output=*/true)). Otherwise returns null and makes nothing.
 template <typename NodeT, typename... Args>
-std::shared_ptr<NodeT> RecordOp(Tensor& out, std::initializer_list<Tensor> inputs, Args&&... args) {
-  if (!autograd::ShouldRecord(inputs)) return nullptr;
+std::shared_ptr<NodeT> RecordOp(Tensor& out, TensorRefs inputs, Args&&... args) {
+  if (!ShouldRecordAny(inputs)) return nullptr;
   std::shared_ptr<NodeT> node = autograd::MakeNode<NodeT>(std::forward<Args>(args)...);
-  node->set_next_edges(autograd::CollectNextEdges(inputs));
+  autograd::EdgeList edges;
+  edges.reserve(inputs.size());
+  for (const Tensor& t : inputs) edges.push_back(autograd::GradientEdge(t));
+  node->set_next_edges(std::move(edges));
   autograd::SetHistory(out, node);
   return node;
 }
