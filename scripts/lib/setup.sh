@@ -1,7 +1,9 @@
 # Shared set-up for scripts/serve and scripts/test: source it, do not run it.
 #
 # gradserve_install_packages  installs the Debian packages gradserve needs that are missing
-#                             (as root with apt-get; otherwise prints the command, returns 1).
+#                             (as root with apt-get; otherwise prints the command, returns 1),
+#                             then Node.js if no `node`/`npm` is on the PATH (optional: only
+#                             the Node.js example test needs it, and it skips without).
 # gradserve_build PRESET      configures and builds one CMake preset (CMakePresets.json) into
 #                             build/PRESET.
 
@@ -12,25 +14,36 @@ GRADSERVE_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy python3-grpcio python3-protobuf
-  nodejs npm
 )
+# Node.js may come from elsewhere (NodeSource ships npm inside its nodejs package, which
+# conflicts with Debian's npm), so it is installed only when the commands are missing.
+GRADSERVE_OPTIONAL_PACKAGES=(nodejs npm)
 
 gradserve_install_packages() {
   local missing=() p
   for p in "${GRADSERVE_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
-  if [ ${#missing[@]} -eq 0 ]; then
-    return 0
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "gradserve: installing missing Debian packages: ${missing[*]}"
+    if [ "$(id -u)" -ne 0 ]; then
+      echo "gradserve: not root; run this first:" >&2
+      echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+      return 1
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
-  echo "gradserve: installing missing Debian packages: ${missing[*]}"
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "gradserve: not root; run this first:" >&2
-    echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
-    return 1
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    if [ "$(id -u)" -eq 0 ]; then
+      echo "gradserve: installing Node.js (optional: ${GRADSERVE_OPTIONAL_PACKAGES[*]})"
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${GRADSERVE_OPTIONAL_PACKAGES[@]}" \
+        >/dev/null || echo "gradserve: Node.js could not be installed; its example test will be skipped" >&2
+    else
+      echo "gradserve: no Node.js; its example test will be skipped" >&2
+    fi
   fi
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  return 0
 }
 
 gradserve_build() {
