@@ -150,6 +150,10 @@ void Engine::compute_dependencies(Node* root, GraphTask& task, uint64_t min_topo
   // Breadth-agnostic walk over every Node reachable from the root, counting for each how many
   // edges lead into it. Nodes below min_topo_nr cannot reach an output: their edges are not
   // followed.
+  // The root's topological_nr is the length of the longest path below it: a lower bound on
+  // the number of Nodes, exact for a chain. Reserving it spares most rehashes as the table
+  // grows (capped, since it only sizes a hint).
+  task.nodes_in_graph_.reserve(std::min<uint64_t>(root->topological_nr() + 1, uint64_t{1} << 20));
   std::vector<Node*> queue{root};
   task.nodes_in_graph_.try_emplace(root);
   while (!queue.empty()) {
