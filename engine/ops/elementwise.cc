@@ -504,10 +504,13 @@ TensorList AbsFormula(const ElementwiseBackward& n, const Tensor& g) {
         },
         g, x)};
   }
-  Tensor sign = MapSameDType<true>(
-      x.shape(), [](auto v) { return static_cast<int>(v > 0) - static_cast<int>(v < 0); }, x);
-  return {mul(g, sign)};
+  // sign(x) keeps the gradient connected to x (with derivative zero), as PyTorch's does.
+  return {mul(g, sign(x))};
 }
+
+// sign's derivative is zero wherever it exists; the Node still connects its result to the
+// input, so a gradient built from it (abs's, relu's) can be differentiated again, to zeros.
+TensorList SignFormula(const ElementwiseBackward&, const Tensor& g) { return {g.ZerosLike()}; }
 
 // saved[0]: result.
 TensorList ExpFormula(const ElementwiseBackward& n, const Tensor& g) {
@@ -611,9 +614,8 @@ TensorList ReluFormula(const ElementwiseBackward& n, const Tensor& g) {
         },
         g, y)};
   }
-  return {where(Mask(
-                    y.shape(), [](auto v) { return v > 0; }, y),
-                g, ZeroLike0d(g))};
+  // y >= 0, so sign(y) is the 0/1 mask; through sign it stays connected to y.
+  return {mul(g, sign(y))};
 }
 
 enum GeluApproximation { kGeluNone = 0, kGeluTanh = 1 };
@@ -707,6 +709,13 @@ TensorList ClampFormula(const ElementwiseBackward& n, const Tensor& g) {
 Tensor neg(const Tensor& input) {
   return Unary<false>("neg", "NegBackward0", &NegFormula, Save::kNothing, input,
                       [](auto v) { return -v; });
+}
+
+Tensor sign(const Tensor& input) {
+  return Unary<false>("sign", "SignBackward0", &SignFormula, Save::kNothing, input, [](auto v) {
+    using T = decltype(v);
+    return static_cast<T>((v > T(0)) - (v < T(0)));
+  });
 }
 
 Tensor abs(const Tensor& input) {
@@ -1014,6 +1023,7 @@ void RegisterUnary(OpRegistry& registry) {
   const Entry entries[] = {
       {"neg", "-input", &neg, true},
       {"abs", "|input|", &abs, true},
+      {"sign", "-1, 0 or 1 by the sign of input; its gradient is zero", &sign, true},
       {"exp", "e ** input", &exp, false},
       {"log", "natural logarithm", &log, false},
       {"sqrt", "square root", &sqrt, false},

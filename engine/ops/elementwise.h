@@ -54,6 +54,7 @@ Tensor pow(const Tensor& input, double exponent);
 // --- Unary. ---
 
 Tensor neg(const Tensor& input);      // NegBackward0; not bool.
+Tensor sign(const Tensor& input);     // SignBackward0: zero derivative, but recorded; not bool.
 Tensor abs(const Tensor& input);      // AbsBackward0; not bool. Gradient 0 at 0, as PyTorch's.
 Tensor exp(const Tensor& input);      // ExpBackward0
 Tensor log(const Tensor& input);      // LogBackward0

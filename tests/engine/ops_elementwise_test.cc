@@ -8,6 +8,7 @@
 #include "engine/ops/broadcast.h"
 #include "engine/ops/elementwise.h"
 #include "engine/ops/op_registry.h"
+#include "engine/ops/reductions.h"
 #include "gtest/gtest.h"
 #include "tests/engine/gradcheck.h"
 
