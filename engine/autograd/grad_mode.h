@@ -14,7 +14,10 @@ class GradMode {
   static void set_enabled(bool enabled) { enabled_ = enabled; }
 
  private:
-  static thread_local bool enabled_;
+  // Inline and constant-initialized, so every translation unit reaches it directly rather than
+  // through a thread-local wrapper function (which UndefinedBehaviorSanitizer trips on when the
+  // variable is defined in another file).
+  static inline thread_local bool enabled_ = true;
 };
 
 // Sets grad mode for a scope and restores the previous mode after.

@@ -7,8 +7,6 @@
 
 namespace gradserve::autograd {
 
-thread_local bool GradMode::enabled_ = true;
-
 namespace {
 thread_local uint64_t next_sequence_nr = 0;
 
