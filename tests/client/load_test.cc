@@ -187,7 +187,10 @@ TEST(LoadGeneratorTest, OpenLoopKeepsItsRate) {
   // Calls are due at 0, 5, ..., 495 ms: exactly 100 of them.
   EXPECT_EQ(r->count, 100);
   EXPECT_EQ(r->errors(), 0);
-  EXPECT_NEAR(absl::ToDoubleSeconds(r->elapsed), 0.5, 0.45);
+  // The schedule alone takes 0.5 s (the last call is due at 0.495 s); the upper bound is loose
+  // so that a busy machine cannot fail it.
+  EXPECT_GE(absl::ToDoubleSeconds(r->elapsed), 0.45);
+  EXPECT_LT(absl::ToDoubleSeconds(r->elapsed), 5.0);
 }
 
 TEST(LoadGeneratorTest, OpenLoopLatencyCountsTheWaitForAStalledServer) {
@@ -204,8 +207,10 @@ TEST(LoadGeneratorTest, OpenLoopLatencyCountsTheWaitForAStalledServer) {
   const int64_t elapsed_ns = absl::ToInt64Nanoseconds(r->elapsed);
   // The last call ends the run; its latency is elapsed - 9 ms (within histogram precision).
   EXPECT_GE(static_cast<double>(r->latency.max_ns()), (elapsed_ns - 9'000'000) * 0.99);
-  // A closed loop would report about elapsed / 10 for every call; queueing shows here.
-  EXPECT_GT(r->latency.max_ns(), 3 * r->latency.min_ns());
+  // One call in flight at a time: a closed loop's latencies add up to about the elapsed time.
+  // Here each call also waits for those before it (all are due within 9 ms), so they add up to
+  // several times that, however fast or slow the server is.
+  EXPECT_GT(r->latency.mean_ns() * r->latency.count(), 2.0 * static_cast<double>(elapsed_ns));
 }
 
 TEST(LoadGeneratorTest, StreamedPayload) {
