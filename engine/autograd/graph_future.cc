@@ -1,8 +1,26 @@
 #include "engine/autograd/graph_future.h"
 
+#include <string>
 #include <utility>
 
+#include "absl/strings/cord.h"
+
 namespace gradserve::autograd {
+namespace {
+
+// A copy of status that shares nothing with it. absl::Status shares its message through a
+// reference count inside Debian's Abseil, which ThreadSanitizer cannot see; a waiter that
+// shared the rep with the thread that resolved the future (and may free it) would be reported
+// as a race. Payloads are copied flat for the same reason.
+absl::Status UnsharedCopy(const absl::Status& status) {
+  absl::Status copy(status.code(), std::string(status.message()));
+  status.ForEachPayload([&copy](absl::string_view type_url, const absl::Cord& payload) {
+    copy.SetPayload(type_url, absl::Cord(std::string(payload)));
+  });
+  return copy;
+}
+
+}  // namespace
 
 bool GraphFuture::Resolve(Result result) {
   std::vector<std::function<void(const Result&)>> callbacks;
@@ -25,6 +43,7 @@ bool GraphFuture::completed() const { return completed_flag_.load(std::memory_or
 GraphFuture::Result GraphFuture::Wait() const {
   MutexLock lock(&mutex_);
   resolved_.Wait(&mutex_, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return completed_; });
+  if (!result_.ok()) return UnsharedCopy(result_.status());
   return result_;
 }
 
