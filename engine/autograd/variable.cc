@@ -6,7 +6,11 @@
 
 namespace gradserve::autograd {
 
-bool ShouldRecord(absl::Span<const Tensor> inputs) {
+namespace {
+
+// One walk for both kinds of input list.
+template <typename Tensors>
+bool AnyRequiresGrad(const Tensors& inputs) {
   if (!GradMode::is_enabled()) return false;
   for (const Tensor& t : inputs) {
     if (t.defined() && t.requires_grad()) return true;
@@ -14,9 +18,18 @@ bool ShouldRecord(absl::Span<const Tensor> inputs) {
   return false;
 }
 
-bool ShouldRecord(std::initializer_list<Tensor> inputs) {
-  return ShouldRecord(absl::MakeConstSpan(inputs.begin(), inputs.size()));
+template <typename Tensors>
+EdgeList EdgesOf(const Tensors& inputs) {
+  EdgeList edges;
+  edges.reserve(inputs.size());
+  for (const Tensor& t : inputs) edges.push_back(GradientEdge(t));
+  return edges;
 }
+
+}  // namespace
+
+bool ShouldRecord(absl::Span<const Tensor> inputs) { return AnyRequiresGrad(inputs); }
+bool ShouldRecord(TensorRefs inputs) { return AnyRequiresGrad(inputs); }
 
 Edge GradientEdge(const Tensor& t) {
   if (!t.defined()) return Edge();
@@ -25,16 +38,8 @@ Edge GradientEdge(const Tensor& t) {
   return Edge();
 }
 
-EdgeList CollectNextEdges(absl::Span<const Tensor> inputs) {
-  EdgeList edges;
-  edges.reserve(inputs.size());
-  for (const Tensor& t : inputs) edges.push_back(GradientEdge(t));
-  return edges;
-}
-
-EdgeList CollectNextEdges(std::initializer_list<Tensor> inputs) {
-  return CollectNextEdges(absl::MakeConstSpan(inputs.begin(), inputs.size()));
-}
+EdgeList CollectNextEdges(absl::Span<const Tensor> inputs) { return EdgesOf(inputs); }
+EdgeList CollectNextEdges(TensorRefs inputs) { return EdgesOf(inputs); }
 
 void SetHistory(Tensor& out, const std::shared_ptr<Node>& node) {
   AutogradMeta& meta = out.mutable_autograd_meta();

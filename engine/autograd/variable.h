@@ -10,6 +10,7 @@
 #ifndef GRADSERVE_ENGINE_AUTOGRAD_VARIABLE_H_
 #define GRADSERVE_ENGINE_AUTOGRAD_VARIABLE_H_
 
+#include <functional>
 #include <initializer_list>
 #include <memory>
 
@@ -21,9 +22,13 @@
 
 namespace gradserve::autograd {
 
+// The inputs of an op, by reference, so that recording touches no reference counts on the hot
+// path: ShouldRecord({a, b}).
+using TensorRefs = std::initializer_list<std::reference_wrapper<const Tensor>>;
+
 // True if grad mode is on and any input requires grad: the op must record a Node.
 bool ShouldRecord(absl::Span<const Tensor> inputs);
-bool ShouldRecord(std::initializer_list<Tensor> inputs);
+bool ShouldRecord(TensorRefs inputs);
 
 // The edge a gradient for t flows along: (grad_fn, output_nr) for a tensor made by an op, the
 // leaf's AccumulateGrad for a leaf that requires grad, and an invalid edge otherwise.
@@ -31,7 +36,7 @@ Edge GradientEdge(const Tensor& t);
 
 // GradientEdge of each input.
 EdgeList CollectNextEdges(absl::Span<const Tensor> inputs);
-EdgeList CollectNextEdges(std::initializer_list<Tensor> inputs);
+EdgeList CollectNextEdges(TensorRefs inputs);
 
 // Makes `out` the next output of node: sets its grad_fn and output_nr and records its metadata
 // as the node's next input.

@@ -239,33 +239,34 @@ void ReduceKernel(const Tensor& input, absl::Span<const bool> reduced, const Ten
 
 // --- Autograd recording ---
 
-// The inputs of an op being recorded, by reference (no shared_ptr copies on the hot path).
-using TensorRefs = std::initializer_list<std::reference_wrapper<const Tensor>>;
+using autograd::TensorRefs;
 
-// True if grad mode is on and any input requires grad (autograd::ShouldRecord without
-// copying the tensors).
-inline bool ShouldRecordAny(TensorRefs inputs) {
-  if (!autograd::GradMode::is_enabled()) return false;
-  for (const Tensor& t : inputs) {
-    if (t.defined() && t.requires_grad()) return true;
-  }
-  return false;
-}
+// True if grad mode is on and any input requires grad.
+inline bool ShouldRecordAny(TensorRefs inputs) { return autograd::ShouldRecord(inputs); }
 
-// If grad mode is on and any input requires grad: makes NodeT(args...), gives it edges to
-// inputs (undefined or no-grad inputs get invalid edges), makes it out's grad_fn and returns it,
-// so the caller can then save what its backward needs (an output is saved after this call, with
-// SavedVariable(out, /*is_output=*/true)). Otherwise returns null and makes nothing.
-template <typename NodeT, typename... Args>
-std::shared_ptr<NodeT> RecordOp(Tensor& out, TensorRefs inputs, Args&&... args) {
-  if (!ShouldRecordAny(inputs)) return nullptr;
-  std::shared_ptr<NodeT> node = autograd::MakeNode<NodeT>(std::forward<Args>(args)...);
-  autograd::EdgeList edges;
-  edges.reserve(inputs.size());
-  for (const Tensor& t : inputs) edges.push_back(autograd::GradientEdge(t));
-  node->set_next_edges(std::move(edges));
+// If grad mode is on and any input requires grad: makes the node make() returns, gives it edges
+// to inputs (undefined or no-grad inputs get invalid edges), makes it out's grad_fn and returns
+// it, so the caller can then save what its backward needs (an output is saved after this call,
+// with SavedVariable(out, /*is_output=*/true), or the node would own its own output).
+// Otherwise returns null and calls nothing, so forward-only calls save nothing.
+template <typename Inputs, typename MakeFn>
+auto RecordIfNeeded(Tensor& out, const Inputs& inputs, MakeFn&& make) -> decltype(make()) {
+  if (!autograd::ShouldRecord(inputs)) return nullptr;
+  auto node = make();
+  node->set_next_edges(autograd::CollectNextEdges(inputs));
   autograd::SetHistory(out, node);
   return node;
+}
+template <typename MakeFn>
+auto RecordIfNeeded(Tensor& out, TensorRefs inputs, MakeFn&& make) -> decltype(make()) {
+  return RecordIfNeeded<TensorRefs>(out, inputs, std::forward<MakeFn>(make));
+}
+
+// RecordIfNeeded for a node made from constructor arguments: NodeT(args...).
+template <typename NodeT, typename... Args>
+std::shared_ptr<NodeT> RecordOp(Tensor& out, TensorRefs inputs, Args&&... args) {
+  return RecordIfNeeded(out, inputs,
+                        [&] { return autograd::MakeNode<NodeT>(std::forward<Args>(args)...); });
 }
 
 }  // namespace gradserve::ops

@@ -62,26 +62,7 @@ Tensor IndexSelectKernel(const Tensor& input, int64_t dim, const Tensor& index,
 void IndexAddKernel(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src,
                     std::optional<int64_t> skip);
 
-// Records the node make() returns as the grad_fn of `out`, with edges to `inputs` (undefined
-// inputs get invalid edges), if grad mode is on and any input requires grad, and returns it so
-// the caller can save `out` in it (SavedVariable(out, /*is_output=*/true) must come after this
-// call, or the node would own its own output). Otherwise returns null and calls nothing, so
-// forward-only calls save nothing.
-template <typename MakeFn>
-auto RecordIfNeeded(Tensor& out, absl::Span<const Tensor> inputs, MakeFn&& make)
-    -> decltype(make()) {
-  if (!autograd::ShouldRecord(inputs)) return nullptr;
-  auto node = make();
-  node->set_next_edges(autograd::CollectNextEdges(inputs));
-  autograd::SetHistory(out, node);
-  return node;
-}
-template <typename MakeFn>
-auto RecordIfNeeded(Tensor& out, std::initializer_list<Tensor> inputs, MakeFn&& make)
-    -> decltype(make()) {
-  return RecordIfNeeded(out, absl::MakeConstSpan(inputs.begin(), inputs.size()),
-                        std::forward<MakeFn>(make));
-}
+// Recording: RecordIfNeeded and RecordOp in op_kernels.h.
 
 }  // namespace gradserve::ops
 

@@ -103,8 +103,27 @@ void AccumulateInto(const Tensor& dst, const Tensor& src) {
 }
 
 Tensor AddSameShape(const Tensor& a, const Tensor& b) {
-  Tensor out = a.Clone();
-  AccumulateInto(out, b);
+  if (a.dtype() != b.dtype() || a.dtype() == DType::kBool || !a.is_contiguous() ||
+      !b.is_contiguous() || a.shape() != b.shape()) {
+    // The general case (and its errors): a packed copy, then the strided sum.
+    Tensor out = a.Clone();
+    AccumulateInto(out, b);
+    return out;
+  }
+  CheckHost(a, "add");
+  CheckHost(b, "add");
+  // Both packed: one pass, out = a + b, instead of a copy and then a sum.
+  Tensor out = a.EmptyLike();
+  DispatchDType(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, bool>) {
+      const T* x = a.data<T>();
+      const T* y = b.data<T>();
+      T* o = out.data<T>();
+      const int64_t n = a.numel();
+      for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+    }
+  });
   return out;
 }
 
