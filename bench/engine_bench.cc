@@ -96,20 +96,34 @@ Graph Build(const std::string& scenario) {
   return Mlp();
 }
 
-// Times one backward pass of a fresh graph, in milliseconds. The graph is torn down after the
-// clock stops.
-double TimeBackward(const std::string& scenario) {
+int64_t MinorFaults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// One timed backward pass: its wall time and the page faults (first touches of fresh memory)
+// during it.
+struct Pass {
+  double ms = 0;
+  int64_t faults = 0;
+};
+
+// Times one backward pass of a fresh graph. The graph is torn down after the clock stops.
+Pass TimeBackward(const std::string& scenario) {
   Graph g = Build(scenario);
   autograd::BackwardOptions options;
+  const int64_t faults_before = MinorFaults();
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<TensorList> grads = autograd::Grad({g.loss}, {Tensor()}, g.inputs, options);
   const auto end = std::chrono::steady_clock::now();
+  const int64_t faults = MinorFaults() - faults_before;
   if (!grads.ok()) {
     std::fprintf(stderr, "engine_bench: %s: %s\n", scenario.c_str(),
                  grads.status().ToString().c_str());
     std::exit(1);
   }
-  return std::chrono::duration<double, std::milli>(end - start).count();
+  return {std::chrono::duration<double, std::milli>(end - start).count(), faults};
 }
 
 int64_t ResidentKb() {
@@ -122,13 +136,19 @@ int64_t ResidentKb() {
 void Times(const std::string& scenario, int repeats, int warmup, int threads) {
   for (int i = 0; i < warmup; ++i) TimeBackward(scenario);
   std::vector<double> ms;
-  for (int i = 0; i < repeats; ++i) ms.push_back(TimeBackward(scenario));
+  int64_t faults = 0;
+  for (int i = 0; i < repeats; ++i) {
+    const Pass pass = TimeBackward(scenario);
+    ms.push_back(pass.ms);
+    faults += pass.faults;
+  }
   std::vector<double> sorted = ms;
   std::sort(sorted.begin(), sorted.end());
   std::printf(
       "{\"impl\": \"gradserve\", \"scenario\": \"%s\", \"threads\": %d, "
-      "\"median_ms\": %.4f, \"times_ms\": [%s]}\n",
+      "\"median_ms\": %.4f, \"page_faults_per_pass\": %lld, \"times_ms\": [%s]}\n",
       scenario.c_str(), threads, sorted[sorted.size() / 2],
+      static_cast<long long>(faults / repeats),
       absl::StrJoin(ms, ", ", [](std::string* out, double v) {
         absl::StrAppendFormat(out, "%.4f", v);
       }).c_str());

@@ -243,13 +243,30 @@ std::shared_ptr<GraphFuture> Engine::execute_with_graph_task(
   return graph_task->future_result_;
 }
 
+// Note [Handing the next task over]
+// A Node usually makes the very Node ready that this thread pops next: in a chain the queue
+// holds nothing else, and in most graphs the newest Node (highest sequence_nr) wins. Pushing it
+// and popping it back costs two locks, a heap insertion and removal and a wake-up call, about a
+// sixth of a small Node's time. So evaluate_function hands a ready task straight back to
+// thread_main instead, when it goes to this thread's own queue and would be popped before
+// everything queued there (Note [ReadyQueue order]); when the same Node makes several tasks
+// ready, the one handed over is the first in that order and the rest are queued. So the order is
+// PyTorch's. A task pushed by another thread after the check could have been popped first; that
+// is a race PyTorch has too (whichever push happens first). The task is counted in
+// outstanding_tasks_ like a pushed one, so the pass ends the same way.
+
 void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
   const absl::Time deadline =
       graph_task != nullptr ? graph_task->deadline() : absl::InfiniteFuture();
+  std::optional<NodeTask> handoff;
   while (graph_task == nullptr || !graph_task->future_result_->completed()) {
-    // Step 1: take the next task, or give up waiting at the pass's deadline.
+    // Step 1: take the task handed over by the last Node, else the next one from the queue, or
+    // give up waiting at the pass's deadline.
     std::optional<NodeTask> popped;
-    if (deadline == absl::InfiniteFuture()) {
+    if (handoff.has_value()) {
+      popped = std::move(handoff);
+      handoff.reset();
+    } else if (deadline == absl::InfiniteFuture()) {
       popped.emplace(local_ready_queue->pop());
     } else {
       popped = local_ready_queue->pop(deadline);
@@ -272,7 +289,7 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
       GraphTaskScope scope(local_graph_task.get());
       try {
         if (local_graph_task->cancel_ != nullptr) ThrowIfError(local_graph_task->cancel_->Check());
-        evaluate_function(local_graph_task, task.fn.get(), task.inputs);
+        evaluate_function(local_graph_task, task.fn.get(), task.inputs, &handoff);
       } catch (const StatusError& e) {
         local_graph_task->set_exception(e.status(), task.fn.get());
       } catch (const std::exception& e) {
@@ -293,10 +310,14 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
       }
     }
   }
+  // A nested pass can end with a task of an outer one handed over: queue it for the outer loop.
+  if (handoff.has_value()) {
+    local_ready_queue->push(std::move(*handoff), /*increment_outstanding_tasks=*/false);
+  }
 }
 
 void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Node* func,
-                               InputBuffer& inputs) {
+                               InputBuffer& inputs, std::optional<NodeTask>* handoff) {
   TensorList outputs;
   {
     // Note [Node thread safety].
@@ -331,7 +352,8 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
     }
   }
 
-  // Hand each gradient to the Node it flows to; queue those that now have all their inputs.
+  // Hand each gradient to the Node it flows to; queue those that now have all their inputs,
+  // or hand one over (Note [Handing the next task over]).
   MutexLock lock(&graph_task->mutex_);
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Edge& next = func->next_edge(i);
@@ -354,9 +376,33 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
       InputBuffer input_buffer = std::move(*state.not_ready_);
       state.not_ready_.reset();
       const Device device = input_buffer.device();
-      ready_queue(graph_task->cpu_ready_queue_, device)
-          ->push(NodeTask(graph_task, next.function, std::move(input_buffer),
-                          graph_task->reentrant_depth_));
+      // CPU Nodes (most) go to the pass's own queue, which it keeps alive.
+      std::shared_ptr<ReadyQueue> device_queue;
+      ReadyQueue* queue = graph_task->cpu_ready_queue_.get();
+      if (!device.is_cpu()) {
+        device_queue = ready_queue(graph_task->cpu_ready_queue_, device);
+        queue = device_queue.get();
+      }
+      NodeTask task(graph_task, next.function, std::move(input_buffer),
+                    graph_task->reentrant_depth_);
+      if (queue != local_ready_queue.get()) {
+        queue->push(std::move(task));
+        continue;
+      }
+      // The handed-over task always runs before everything in this thread's queue.
+      if (handoff->has_value()) {
+        if (!ReadyQueue::CompareNodeTaskTime()(**handoff, task)) {
+          queue->push(std::move(task));
+          continue;
+        }
+        queue->push(std::move(**handoff), /*increment_outstanding_tasks=*/false);
+        handoff->reset();
+      } else if (!queue->RunsBeforeAllQueued(task)) {
+        queue->push(std::move(task));
+        continue;
+      }
+      graph_task->outstanding_tasks_.fetch_add(1, std::memory_order_relaxed);
+      handoff->emplace(std::move(task));
     }
   }
 }

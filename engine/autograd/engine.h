@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -104,8 +105,10 @@ class Engine {
   // The worker loop (Note [Engine threads]): pops tasks from this thread's ready queue and
   // evaluates them until graph_task is over (or forever, for device threads: graph_task null).
   void thread_main(const std::shared_ptr<GraphTask>& graph_task);
+  // Runs func and hands its gradients on, queueing the Nodes that become ready; one of them may
+  // instead be left in *handoff for this thread to run next (Note [Handing the next task over]).
   void evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Node* func,
-                         InputBuffer& inputs);
+                         InputBuffer& inputs, std::optional<NodeTask>* handoff);
   static void compute_dependencies(Node* root, GraphTask& task, uint64_t min_topo_nr);
 
   // The queue a Node with inputs on `device` runs from.

@@ -1,6 +1,5 @@
 #include "engine/autograd/graph_task.h"
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "engine/autograd/ready_queue.h"
@@ -48,7 +47,6 @@ void GraphTask::init_to_execute(Node& graph_root, const EdgeList& outputs, bool 
     ExecInfo* info;
     size_t next_child = 0;
   };
-  absl::flat_hash_set<Node*> seen;
   std::vector<Frame> stack;
   stack.push_back({&graph_root, &nodes_in_graph_[&graph_root].exec_info_});
   while (!stack.empty()) {
@@ -60,7 +58,8 @@ void GraphTask::init_to_execute(Node& graph_root, const EdgeList& outputs, bool 
       if (candidate == nullptr) continue;
       auto it = nodes_in_graph_.find(candidate);
       if (it == nodes_in_graph_.end()) continue;  // below min_topo_nr: not expanded
-      if (seen.insert(candidate).second) {
+      if (!it->second.seen_by_init_to_execute_) {
+        it->second.seen_by_init_to_execute_ = true;
         child = candidate;
         child_info = &it->second.exec_info_;
         break;

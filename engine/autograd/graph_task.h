@@ -95,6 +95,8 @@ struct GraphTask : std::enable_shared_from_this<GraphTask> {
     // The inputs gathered so far, once the first one arrives and until the Node is ready.
     std::optional<InputBuffer> not_ready_;
     ExecInfo exec_info_;
+    // init_to_execute's depth-first search has reached this Node.
+    bool seen_by_init_to_execute_ = false;
   };
 
   // Whether exec_info_ applies: false (PyTorch: exec_info_ is empty) when every Node runs.

@@ -5,17 +5,6 @@
 #include "engine/tensor/basic_kernels.h"
 
 namespace gradserve::autograd {
-namespace {
-
-// True if t may be written in place: nothing else holds it or its storage, and it is not part
-// of a recorded graph.
-bool OwnedExclusively(const Tensor& t) {
-  return t.use_count() == 1 && t.storage().use_count() == 1 && t.is_contiguous() &&
-         !t.requires_grad();
-}
-
-}  // namespace
-
 void InputBuffer::add(size_t pos, Tensor grad) {
   if (!grad.defined()) return;
   Tensor& old = buffer_[pos];

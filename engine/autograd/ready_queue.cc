@@ -59,4 +59,9 @@ size_t ReadyQueue::size() const {
   return heap_.size();
 }
 
+bool ReadyQueue::RunsBeforeAllQueued(const NodeTask& task) const {
+  MutexLock lock(&mutex_);
+  return heap_.empty() || !CompareNodeTaskTime()(task, heap_.top());
+}
+
 }  // namespace gradserve::autograd

@@ -37,12 +37,15 @@ class ReadyQueue {
 
   size_t size() const;
 
- private:
+  // True if task would be popped before every task queued now (Note [ReadyQueue order]).
+  bool RunsBeforeAllQueued(const NodeTask& task) const;
+
+  // The queue's order: true if t1 runs after t2.
   struct CompareNodeTaskTime {
-    // True if t1 runs after t2.
     bool operator()(const NodeTask& t1, const NodeTask& t2) const;
   };
 
+ private:
   mutable Mutex mutex_;
   CondVar not_empty_;
   std::priority_queue<NodeTask, std::vector<NodeTask>, CompareNodeTaskTime> heap_

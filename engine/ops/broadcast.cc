@@ -10,14 +10,25 @@
 namespace gradserve::ops {
 namespace {
 
-// Backward of SumOver: the gradient is repeated over the summed dims.
+// Expanded gradients of at most this many elements are copied out (SumOverBackward).
+constexpr int64_t kMaterializeElements = 4096;
+
+// Backward of SumOver: the gradient is repeated over the summed dims. PyTorch returns the
+// expanded view; a small one is copied out into a contiguous tensor instead (same values), so
+// the fused kernels downstream take their contiguous loop and may reuse its buffer
+// (Note [Reusing the gradient's buffer]). Not under create_graph, where the view is recorded.
 class SumOverBackward final : public autograd::Node {
  public:
   SumOverBackward(const char* name, ReductionLayout layout)
       : name_(name), layout_(std::move(layout)) {}
   TensorList apply(TensorList&& grads) override {
     if (!grads[0].defined() || !should_compute_output(0)) return {Tensor()};
-    return {ExpandOver(grads[0], layout_)};
+    Tensor expanded = ExpandOver(grads[0], layout_);
+    if (expanded.numel() <= kMaterializeElements && !expanded.is_contiguous() &&
+        !ShouldRecordAny({grads[0]})) {
+      return {expanded.Clone()};
+    }
+    return {std::move(expanded)};
   }
   std::string name() const override { return name_; }
 

@@ -13,6 +13,7 @@
 #include "engine/ops/broadcast.h"
 #include "engine/ops/op_kernels.h"
 #include "engine/ops/op_registry.h"
+#include "engine/tensor/basic_kernels.h"
 
 namespace gradserve::ops {
 namespace {
@@ -32,15 +33,26 @@ constexpr double kGeluTanhC = 0.044715;
 //
 // Thread safety: the Engine holds mutex() around apply and release_variables
 // (Note [Node thread safety]); the op fills the fields before the node is shared.
+//
+// Note [Reusing the gradient's buffer]
+// The gradient a node receives is usually held by nobody else: the InputBuffer handed it over
+// and the node that produced it kept no reference. Then a fused backward loop (FusedGrad) writes
+// its result over the gradient instead of allocating a new tensor, as PyTorch's InputBuffer
+// does when it accumulates (Note [Accumulating in place]). apply moves the gradient out of its
+// list so that the formula's `grad` is that only reference; a formula must not read grad after
+// handing it to FusedGrad. OwnedExclusively decides, so a gradient that a hook, a capture, the
+// caller's seed or another branch of the graph also holds is never overwritten.
 class ElementwiseBackward final : public autograd::Node {
  public:
+  // grad is the formula's to consume (Note [Reusing the gradient's buffer]).
   using Formula = TensorList (*)(const ElementwiseBackward& node, const Tensor& grad);
 
   ElementwiseBackward(const char* name, Formula formula) : name_(name), formula_(formula) {}
 
   TensorList apply(TensorList&& grads) override {
     if (!grads[0].defined()) return TensorList(num_outputs());
-    return formula_(*this, grads[0]);
+    const Tensor grad = std::move(grads[0]);
+    return formula_(*this, grad);
   }
   std::string name() const override { return name_; }
   void release_variables() override {
@@ -95,10 +107,19 @@ Tensor MapSameDType(absl::Span<const int64_t> shape, Fn&& fn, const Ts&... ins) 
   return out;
 }
 
-// The fused backward loops: same-shape floating operands.
+// The fused backward loops: same-shape floating operands. The result is written over grad when
+// nothing else holds it (Note [Reusing the gradient's buffer]); each element is read before it
+// is written, at the same index.
 template <typename Fn, typename... Ts>
 Tensor FusedGrad(Fn&& fn, const Tensor& grad, const Ts&... saved) {
-  return MapSameDType<true>(grad.shape(), fn, grad, saved...);
+  if (!OwnedExclusively(grad)) return MapSameDType<true>(grad.shape(), fn, grad, saved...);
+  DispatchFloating(grad.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    MapKernel<T, T, Same<Ts, T>...>(
+        grad, [&fn](T g, Same<Ts, T>... v) -> T { return static_cast<T>(fn(g, v...)); }, grad,
+        saved...);
+  });
+  return grad;
 }
 
 // A bool tensor of `shape`, pred(inputs...) elementwise (masks for backward formulas; they
@@ -175,7 +196,9 @@ TensorList AddFormula(const ElementwiseBackward& n, const Tensor& g) {
 
 // g * scalars[0]: the scalar forms of add, sub, rsub, mul.
 TensorList ScaleFormula(const ElementwiseBackward& n, const Tensor& g) {
-  return {Scale(g, n.scalars[0])};
+  const double s = n.scalars[0];
+  if (s == 1 || !CanFuse({g}) || !IsFloating(g.dtype())) return {Scale(g, s)};
+  return {FusedGrad([s](auto gv) { return gv * static_cast<decltype(gv)>(s); }, g)};
 }
 
 }  // namespace

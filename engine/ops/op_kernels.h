@@ -184,8 +184,9 @@ void MapKernelImpl(const Tensor& out, Fn& fn, std::index_sequence<I...>, TensorR
 }  // namespace internal
 
 // out[i] = fn(ins[i]...) for every element of out, where each input (of C++ element type InTs,
-// matching its dtype) broadcasts to out's shape. out must be freshly allocated (contiguous) and
-// all tensors in host memory. See Note [Elementwise kernels].
+// matching its dtype) broadcasts to out's shape. out must be contiguous and either freshly
+// allocated or an input of out's shape (each element is read before it is written, at the same
+// index); all tensors in host memory. See Note [Elementwise kernels].
 template <typename OutT, typename... InTs, typename Fn>
 void MapKernel(const Tensor& out, Fn&& fn, internal::TensorRef<InTs>... ins) {
   internal::MapKernelImpl<OutT, InTs...>(out, fn, std::index_sequence_for<InTs...>{}, ins...);

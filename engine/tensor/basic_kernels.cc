@@ -127,6 +127,11 @@ Tensor AddSameShape(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+bool OwnedExclusively(const Tensor& t) {
+  return t.use_count() == 1 && t.storage().use_count() == 1 && t.is_contiguous() &&
+         !t.requires_grad();
+}
+
 bool HasNaN(const Tensor& t) {
   if (!IsFloating(t.dtype())) return false;
   CheckHost(t, "nan check");

@@ -27,6 +27,12 @@ void AccumulateInto(const Tensor& dst, const Tensor& src);
 // A new tensor a + b; same shape and dtype; on a's device.
 Tensor AddSameShape(const Tensor& a, const Tensor& b);
 
+// True if t's memory may be written in place without anyone else seeing it: nothing else holds
+// t or its storage, t is contiguous, and it is not part of a recorded graph. The Engine uses it
+// to reuse a gradient's buffer (Note [Accumulating in place], Note [Reusing the gradient's
+// buffer]).
+bool OwnedExclusively(const Tensor& t);
+
 // True if a floating tensor holds a NaN.
 bool HasNaN(const Tensor& t);
 

@@ -14,6 +14,10 @@ Storage::Storage(size_t nbytes, Allocator* allocator)
       nbytes_(nbytes),
       budget_(CurrentMemoryBudget()) {
   if (budget_) budget_->Charge(static_cast<int64_t>(nbytes));
+  if (nbytes > 0 && nbytes <= kInlineBytes && allocator == CpuAllocator()) {
+    data_ = inline_;
+    return;
+  }
   try {
     data_ = allocator_->Allocate(nbytes);
   } catch (...) {
@@ -23,7 +27,7 @@ Storage::Storage(size_t nbytes, Allocator* allocator)
 }
 
 Storage::~Storage() {
-  allocator_->Deallocate(data_, nbytes_);
+  if (!is_inline()) allocator_->Deallocate(data_, nbytes_);
   if (budget_) budget_->Release(static_cast<int64_t>(nbytes_));
 }
 

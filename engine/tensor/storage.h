@@ -14,6 +14,13 @@ namespace gradserve {
 // Owns nbytes from an Allocator and gives them back when the last reference goes. The bytes are
 // charged to the MemoryBudget current on the constructing thread (Note [Memory budget]).
 //
+// Note [Small storage inline]
+// A backward pass over small tensors creates one or two per Node, and each used to cost three
+// heap blocks (TensorImpl, Storage, bytes). Host storage of at most kInlineBytes keeps its bytes
+// inside the Storage object instead, which make_shared allocates together with its control
+// block: one block fewer to allocate and free per tensor. Such bytes are 16-byte aligned, as
+// malloc's small blocks are.
+//
 // Thread safety: immutable after construction; the bytes themselves are the user's to guard.
 class Storage {
  public:
@@ -27,12 +34,18 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
 
+  static constexpr size_t kInlineBytes = 64;
+
  private:
+  bool is_inline() const { return data_ == inline_; }
+
   Allocator* const allocator_;
   const Device device_;  // allocator_->device(), kept to spare a virtual call per use
   const size_t nbytes_;
   std::shared_ptr<MemoryBudget> budget_;
   void* data_ = nullptr;
+  // The bytes of a small host storage (Note [Small storage inline]).
+  alignas(16) unsigned char inline_[kInlineBytes];
 };
 
 }  // namespace gradserve
