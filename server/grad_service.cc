@@ -194,7 +194,9 @@ GradService::GradService(ServerOptions options)
       pool_(std::make_unique<WorkerPool>(
           options_.worker_threads > 0
               ? options_.worker_threads
-              : std::max(1, static_cast<int>(std::thread::hardware_concurrency())))) {}
+              : std::max(1, static_cast<int>(std::thread::hardware_concurrency())))) {
+  SetMessageAllocatorFor_ComputeGradients(&unary_messages_);
+}
 
 GradService::~GradService() { pool_.reset(); }
 

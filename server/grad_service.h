@@ -31,6 +31,7 @@
 #include "engine/util/mutex.h"
 #include "gradserve/v1/gradserve.grpc.pb.h"
 #include "server/server_options.h"
+#include "server/unary_messages.h"
 #include "server/worker_pool.h"
 
 namespace gradserve::server {
@@ -100,7 +101,8 @@ class GradService final : public v1::GradService::CallbackService {
 
   const ServerOptions options_;
   const absl::Time started_;
-  const v1::ServerInfo info_;  // the static part of GetServerInfo's answer
+  const v1::ServerInfo info_;             // the static part of GetServerInfo's answer
+  ArenaMessageAllocator unary_messages_;  // Note [Unary messages on an arena]
 
   // Note [Admission without a lock]
   // Admit and Release run for every grad call, on many threads at once, so they take no

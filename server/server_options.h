@@ -32,9 +32,11 @@ struct ServerOptions {
   // or pool] in server/dispatch.h for the estimate. The default is a fraction of a millisecond
   // of CPU.
   int64_t max_inline_cost = 16384;
-  // Which grad requests get a log line: all of them, only failed and refused ones, or none.
+  // Which grad requests get a log line on stderr: all of them, only failed and refused ones,
+  // or none. Each line is a write to stderr, about as costly as the rest of a small request's
+  // server work (docs/benchmarks.md), so by default only failures are logged.
   enum class LogRequests { kAll, kErrors, kNone };
-  LogRequests log_requests = LogRequests::kAll;
+  LogRequests log_requests = LogRequests::kErrors;
   // Per-request limits enforced by the interpreter and by the request's validation.
   graph::Limits limits;
   // For tests: runs on the thread that is about to run an admitted grad request (gRPC's for

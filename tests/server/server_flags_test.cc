@@ -27,7 +27,7 @@ TEST(ServerFlagsTest, LogRequestsParsesItsThreeValues) {
   absl::Status s = server::ParseLogRequests("some", &parsed);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(s.message(), "--log_requests")) << s;
-  EXPECT_EQ(ServerOptions().log_requests, ServerOptions::LogRequests::kAll);
+  EXPECT_EQ(ServerOptions().log_requests, ServerOptions::LogRequests::kErrors);
 }
 
 TEST(ServerFlagsTest, NegativeMaxInlineCostIsRefused) {
@@ -67,13 +67,16 @@ std::string LogOfOneGoodAndOneBadRequest(std::vector<std::string> flags) {
 }
 
 TEST(ServerFlagsTest, LogRequestsChoosesWhichRequestsAreLogged) {
-  std::string log = LogOfOneGoodAndOneBadRequest({});
-  EXPECT_TRUE(absl::StrContains(log, "request id=square rpc=unary status=OK")) << log;
-  EXPECT_TRUE(absl::StrContains(log, "request id=bad rpc=unary status=INVALID_ARGUMENT")) << log;
-
-  log = LogOfOneGoodAndOneBadRequest({"--log_requests=errors", "--max_inline_cost=0"});
+  std::string log = LogOfOneGoodAndOneBadRequest({});  // errors by default
   EXPECT_FALSE(absl::StrContains(log, "request id=square")) << log;
   EXPECT_TRUE(absl::StrContains(log, "request id=bad rpc=unary status=INVALID_ARGUMENT")) << log;
+
+  for (const char* inline_flag : {"--max_inline_cost=0", "--max_inline_cost=16384"}) {
+    log = LogOfOneGoodAndOneBadRequest({"--log_requests=all", inline_flag});
+    EXPECT_TRUE(absl::StrContains(log, "request id=square rpc=unary status=OK duration_ms="))
+        << log;
+    EXPECT_TRUE(absl::StrContains(log, "request id=bad rpc=unary status=INVALID_ARGUMENT")) << log;
+  }
 
   log = LogOfOneGoodAndOneBadRequest({"--log_requests=none"});
   EXPECT_FALSE(absl::StrContains(log, "request id=")) << log;

@@ -17,7 +17,8 @@ namespace gradserve::testing {
 namespace {
 
 TEST(ShutdownTest, SigtermUnderLoadLosesNoAcceptedCall) {
-  ServerProcess process({"--grace_period=60s", "--worker_threads=2", "--max_in_flight=64"});
+  ServerProcess process(
+      {"--grace_period=60s", "--worker_threads=2", "--max_in_flight=64", "--log_requests=all"});
   const int port = process.WaitForPort(absl::Seconds(20));
   ASSERT_GT(port, 0) << process.Log();
   std::unique_ptr<client::Client> client =
