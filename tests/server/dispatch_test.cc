@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -176,6 +177,31 @@ TEST_F(DispatchTest, SmallRequestsRunInlineLargeOnesOnThePool) {
   EXPECT_EQ(c.in_flight(), 0);
   EXPECT_GT(c.bytes_received(), 0);
   EXPECT_GT(c.bytes_sent(), 0);
+}
+
+// Note [Unary messages on an arena]: holders are reused by calls of any size, inline or on
+// the pool, and each answer is its own request's.
+TEST_F(DispatchTest, ReusedMessagesCarryEachCallsOwnAnswer) {
+  TestServer server;
+  for (int i = 0; i < 20; ++i) {
+    v1::GradRequest big = ProductRequest({4096}, {4096});  // 32 KiB of leaves: past 8 KiB
+    big.set_request_id(absl::StrCat("big-", i));
+    absl::StatusOr<client::GradResult> r = server.client().Grad(big);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->request_id, big.request_id());
+    ASSERT_EQ(r->calls.size(), 1u);
+    const client::Gradient* g = r->calls[0].Find("x");
+    ASSERT_TRUE(g != nullptr && g->value);
+    EXPECT_EQ(g->value->ToDoubles(), std::vector<double>(4096, 0.5));
+
+    v1::GradRequest tiny = TinyRequest();
+    tiny.set_request_id(absl::StrCat("tiny-", i));
+    absl::StatusOr<client::GradResult> t = server.client().Grad(tiny);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->request_id, tiny.request_id());
+    ASSERT_TRUE(CheckSquareWorks(server.client()).ok());
+  }
+  EXPECT_EQ(server.server().service().requests_inline(), 40);
 }
 
 TEST_F(DispatchTest, ZeroMaxInlineCostSendsEveryRequestToThePool) {
