@@ -52,7 +52,8 @@ struct ShapeBound {
 
 }  // namespace
 
-int64_t EstimateInlineCost(const v1::GradRequest& request) {
+int64_t EstimateInlineCost(const v1::GradRequest& request, int64_t request_bytes) {
+  if (request_bytes < 0) return kUnboundedCost;
   const v1::Graph& graph = request.graph();
   ShapeBound bound;
   int64_t items = graph.leaves_size() + graph.ops_size() + request.return_values_size();
@@ -70,12 +71,14 @@ int64_t EstimateInlineCost(const v1::GradRequest& request) {
     }
   }
   const int64_t passes = 1 + request.calls_size();
-  return CappedMul(CappedMul(items, passes), std::max(kMinElementsPerItem, bound.elements()));
+  const int64_t work =
+      CappedMul(CappedMul(items, passes), std::max(kMinElementsPerItem, bound.elements()));
+  return work > kUnboundedCost - request_bytes ? kUnboundedCost : work + request_bytes;
 }
 
-bool RunsInline(const v1::GradRequest& request, int64_t max_inline_cost) {
+bool RunsInline(const v1::GradRequest& request, int64_t request_bytes, int64_t max_inline_cost) {
   if (max_inline_cost <= 0) return false;
-  const int64_t cost = EstimateInlineCost(request);
+  const int64_t cost = EstimateInlineCost(request, request_bytes);
   return cost != kUnboundedCost && cost <= max_inline_cost;
 }
 

@@ -8,12 +8,14 @@
 // the callback thread when a cheap, conservative estimate of its work, read from the request
 // before anything is converted or allocated, is small:
 //
-//   cost = items * passes * max(kMinElementsPerItem, extent^rank)
+//   cost = items * passes * max(kMinElementsPerItem, extent^rank) + request bytes
 //
 // where items counts the leaves, ops, return values and the calls' roots, inputs and seeds
 // (each is at most a few visits of one tensor), passes is 1 (the forward) plus the backward
 // calls, extent is the largest dimension of any leaf or seed, and rank the largest rank. The
-// estimate only accepts requests it can bound:
+// request's serialized size bounds what scales with the bytes sent rather than with the
+// shapes (names, tensor contents that do not match their shapes, which validation reads
+// before it refuses them). The estimate only accepts requests it can bound:
 // - every op is elementwise (broadcasting), a reduction, detach or hook (kInlineOps). Such an
 //   op's output has at most the largest rank of its inputs and no extent larger than theirs,
 //   so no tensor of the request, gradients included, has more than extent^rank elements;
@@ -24,9 +26,9 @@
 // - every tensor on the CPU: a device's work would make gRPC's thread wait on another thread.
 // A request whose cost is at most ServerOptions::max_inline_cost (--max_inline_cost) runs
 // inline. The default keeps inline work to a fraction of a millisecond, so gRPC's threads are
-// never held for long: on the 2-CPU benchmark VM, the largest requests it admits (10 ops on
-// [512] tensors, cost 14336; a chain of 120 ops on [8] ones, cost 15872) took about 0.1 and
-// 0.35 ms; grad_tiny costs 1792. 0 sends every request to the pool. Anything malformed the estimate
+// never held for long: on the 2-CPU benchmark VM, requests near it (10 ops on [512] tensors,
+// a chain of 120 ops on [8] ones) took about 0.1 and 0.35 ms; grad_tiny costs 2062 (1792 for
+// its graph, 270 bytes). 0 sends every request to the pool. Anything malformed the estimate
 // does not understand (negative sizes, overflow) goes to the pool, whose validation answers
 // with the usual status: the estimate never decides an answer, only the thread.
 //
@@ -52,12 +54,14 @@ inline constexpr int64_t kMinElementsPerItem = 64;
 // Returned by EstimateInlineCost for a request the estimate cannot bound.
 inline constexpr int64_t kUnboundedCost = INT64_MAX;
 
-// Note [Inline or pool]: the estimated cost of request, or kUnboundedCost. Cheap: reads
-// names, shapes and counts; looks at no tensor data.
-int64_t EstimateInlineCost(const v1::GradRequest& request);
+// Note [Inline or pool]: the estimated cost of request, whose serialized size is
+// request_bytes, or kUnboundedCost. Cheap: reads names, shapes and counts; looks at no
+// tensor data.
+int64_t EstimateInlineCost(const v1::GradRequest& request, int64_t request_bytes);
 
-// True if request should run inline on gRPC's thread under a limit of max_inline_cost.
-bool RunsInline(const v1::GradRequest& request, int64_t max_inline_cost);
+// True if request (request_bytes serialized) should run inline on gRPC's thread under a
+// limit of max_inline_cost.
+bool RunsInline(const v1::GradRequest& request, int64_t request_bytes, int64_t max_inline_cost);
 
 }  // namespace gradserve::server
 

@@ -213,7 +213,7 @@ grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerCont
   job.request = request;
   job.response = response;
   job.request_bytes = static_cast<int64_t>(request->ByteSizeLong());
-  if (!RunsInline(*request, options_.max_inline_cost)) {
+  if (!RunsInline(*request, job.request_bytes, options_.max_inline_cost)) {
     return new UnaryGradReactor(this, context, std::move(job));
   }
   // Note [Inline or pool]: small enough to run on this thread.

@@ -39,8 +39,9 @@ ABSL_FLAG(int64_t, max_inline_cost, kDefaults.max_inline_cost,
           "Unary grad requests whose estimated cost is at most this run at once on gRPC's "
           "thread instead of queuing for a worker thread: cheaper for small requests. The cost "
           "is (leaves + ops + names) x (backward calls + 1) x the largest possible tensor's "
-          "elements (at least 64), for requests of elementwise ops and reductions on the CPU; "
-          "see Note [Inline or pool] in server/dispatch.h. 0: every request uses the workers.");
+          "elements (at least 64) + the request's bytes, for requests of elementwise ops and "
+          "reductions on the CPU; see Note [Inline or pool] in server/dispatch.h. 0: every "
+          "request uses the workers.");
 ABSL_FLAG(std::string, log_requests, gradserve::server::LogRequestsName(kDefaults.log_requests),
           "Which grad requests get a line on stderr (id, status, duration, sizes): all, errors "
           "(failed or refused ones only) or none. A line per request costs a write to stderr, "

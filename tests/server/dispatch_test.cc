@@ -16,11 +16,17 @@
 namespace gradserve::testing {
 namespace {
 
-using server::EstimateInlineCost;
 using server::kUnboundedCost;
-using server::RunsInline;
 
 const int64_t kDefaultLimit = server::ServerOptions().max_inline_cost;
+
+// The estimate and the decision for a request as the server sees it (its serialized size).
+int64_t EstimateInlineCost(const v1::GradRequest& r) {
+  return server::EstimateInlineCost(r, static_cast<int64_t>(r.ByteSizeLong()));
+}
+bool RunsInline(const v1::GradRequest& r, int64_t max_inline_cost) {
+  return server::RunsInline(r, static_cast<int64_t>(r.ByteSizeLong()), max_inline_cost);
+}
 
 // The load tester's grad_tiny: a 10-op graph of [8]-sized tensors.
 v1::GradRequest TinyRequest() {
@@ -61,9 +67,14 @@ v1::GradRequest ProductRequest(const std::vector<int64_t>& x_shape,
 
 TEST(EstimateInlineCostTest, CountsItemsPassesAndTheElementBound) {
   // square: 1 leaf + 2 ops + 1 root + 1 input = 5 items, 2 passes, 3 elements (below 64).
-  EXPECT_EQ(EstimateInlineCost(SquareRequest()), 5 * 2 * server::kMinElementsPerItem);
+  const v1::GradRequest square = SquareRequest();
+  EXPECT_EQ(EstimateInlineCost(square),
+            5 * 2 * server::kMinElementsPerItem + static_cast<int64_t>(square.ByteSizeLong()));
   // 2 leaves + 2 ops + 1 root + 1 input, 2 passes; [32, 1] * [1, 32] may reach 32^2.
-  EXPECT_EQ(EstimateInlineCost(ProductRequest({32, 1}, {1, 32})), 6 * 2 * 32 * 32);
+  const v1::GradRequest product = ProductRequest({32, 1}, {1, 32});
+  EXPECT_EQ(EstimateInlineCost(product),
+            6 * 2 * 32 * 32 + static_cast<int64_t>(product.ByteSizeLong()));
+  EXPECT_EQ(server::EstimateInlineCost(square, -1), kUnboundedCost);
 }
 
 TEST(EstimateInlineCostTest, TinyRequestsRunInlineUnderTheDefault) {
@@ -77,6 +88,10 @@ TEST(EstimateInlineCostTest, LargeOrBroadcastTensorsGoToThePool) {
   EXPECT_FALSE(RunsInline(ProductRequest({4096}, {4096}), kDefaultLimit));
   // Two small leaves whose broadcast is 1000 x 1000.
   EXPECT_FALSE(RunsInline(ProductRequest({1000, 1}, {1000}), kDefaultLimit));
+  // A small shape with far more bytes than it needs: validation reads them all to refuse it.
+  v1::GradRequest stuffed = SquareRequest();
+  stuffed.mutable_graph()->mutable_leaves(0)->mutable_value()->set_data(std::string(1 << 20, 0));
+  EXPECT_FALSE(RunsInline(stuffed, kDefaultLimit));
 }
 
 TEST(EstimateInlineCostTest, UnboundedFeaturesGoToThePool) {
