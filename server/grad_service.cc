@@ -331,9 +331,13 @@ bool GradService::Logs(const absl::Status& status) const {
 void GradService::StartDraining() { draining_.store(true); }
 
 bool GradService::WaitUntilIdle(absl::Duration timeout) {
+  auto idle = [this] { return in_flight_.load() == 0; };
   MutexLock lock(&idle_mutex_);
-  return idle_.WaitWithDeadline(&idle_mutex_, absl::Now() + timeout,
-                                [this] { return in_flight_.load() == 0; });
+  if (timeout == absl::InfiniteDuration()) {  // no deadline: a timed wait would overflow
+    idle_.Wait(&idle_mutex_, idle);
+    return true;
+  }
+  return idle_.WaitWithDeadline(&idle_mutex_, absl::Now() + timeout, idle);
 }
 
 v1::Counters GradService::counters() const {

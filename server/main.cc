@@ -45,7 +45,7 @@ ABSL_FLAG(int64_t, max_inline_cost, kDefaults.max_inline_cost,
 ABSL_FLAG(std::string, log_requests, gradserve::server::LogRequestsName(kDefaults.log_requests),
           "Which grad requests get a line on stderr (id, status, duration, sizes): all, errors "
           "(failed or refused ones only) or none. A line per request costs a write to stderr, "
-          "about as much as serving a small request, hence the default.");
+          "a noticeable share of a small request's cost, hence the default.");
 ABSL_FLAG(int64_t, max_ops, kDefaults.limits.max_ops,
           "Ops per request graph, sub-graphs included.");
 ABSL_FLAG(int64_t, max_leaves, kDefaults.limits.max_leaves, "Leaf tensors per request graph.");

@@ -33,8 +33,8 @@ struct ServerOptions {
   // of CPU.
   int64_t max_inline_cost = 16384;
   // Which grad requests get a log line on stderr: all of them, only failed and refused ones,
-  // or none. Each line is a write to stderr, about as costly as the rest of a small request's
-  // server work (docs/benchmarks.md), so by default only failures are logged.
+  // or none. Each line is a write to stderr, about 9% of the server's CPU for a small request
+  // (docs/benchmarks.md), so by default only failures are logged.
   enum class LogRequests { kAll, kErrors, kNone };
   LogRequests log_requests = LogRequests::kErrors;
   // Per-request limits enforced by the interpreter and by the request's validation.

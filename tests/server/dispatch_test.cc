@@ -267,6 +267,29 @@ TEST_F(DispatchTest, InlineRequestsAreAdmittedLikeOthers) {
   EXPECT_EQ(Counters(server).requests_rejected(), 2);
 }
 
+// Note [Admission without a lock]: draining waits for a held inline call, refuses new ones,
+// and wakes once the held call ends.
+TEST_F(DispatchTest, DrainingWaitsForInlineCallsInFlight) {
+  hold_.id = "held";
+  TestServer server(HookedOptions());
+  server::GradService& service = server.server().service();
+  EXPECT_TRUE(service.WaitUntilIdle(absl::ZeroDuration()));
+  v1::GradRequest held = SquareRequest();
+  held.set_request_id("held");
+  std::thread call([&] { EXPECT_TRUE(server.client().ComputeGradients(held).ok()); });
+  hold_.entered.WaitForNotification();
+  service.StartDraining();
+  EXPECT_FALSE(service.WaitUntilIdle(absl::ZeroDuration()));
+  EXPECT_EQ(server.client().ComputeGradients(SquareRequest()).status().code(),
+            absl::StatusCode::kUnavailable);
+  std::thread release([&] { hold_.release.Notify(); });
+  EXPECT_TRUE(service.WaitUntilIdle(absl::InfiniteDuration()));
+  release.join();
+  call.join();
+  EXPECT_EQ(service.counters().requests_ok(), 1);
+  EXPECT_EQ(service.counters().requests_rejected(), 1);
+}
+
 TEST_F(DispatchTest, InlineWorkStopsAtTheDeadline) {
   TestServer server(HookedOptions());
   v1::GradRequest request = SquareRequest();
