@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "server/dispatch.h"
 #include "server/grpc_status.h"
 #include "server/log.h"
 #include "server/request_runner.h"
@@ -45,26 +45,22 @@ std::string LogId(const std::string& id) {
   return out;
 }
 
+// Finishes a call before its handler returns, with gRPC's default reactor, as Ping does.
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                    const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
 }  // namespace
 
-// Note [Request flow], unary form. The request and response messages belong to gRPC and stay
-// valid until OnDone.
+// Note [Request flow], unary form, on the pool. The request and response messages belong to
+// gRPC and stay valid until OnDone.
 class GradService::UnaryGradReactor final : public grpc::ServerUnaryReactor {
  public:
-  UnaryGradReactor(GradService* service, grpc::CallbackServerContext* context,
-                   const v1::GradRequest* request, v1::GradResponse* response)
+  UnaryGradReactor(GradService* service, grpc::CallbackServerContext* context, Job job)
       : cancel_(MakeToken(context)) {
-    if (absl::Status admitted = service->Admit(); !admitted.ok()) {
-      service->Reject(request->request_id(), "unary", admitted);
-      Finish(ToGrpcStatus(admitted));
-      return;
-    }
-    Job job;
-    job.rpc = "unary";
-    job.received = absl::Now();
-    job.request = request;
-    job.response = response;
-    job.request_bytes = static_cast<int64_t>(request->ByteSizeLong());
     job.cancel = cancel_;
     job.done = [this](const absl::Status& status) { Finish(ToGrpcStatus(status)); };
     service->Execute(std::move(job));
@@ -198,14 +194,32 @@ GradService::GradService(ServerOptions options)
       pool_(std::make_unique<WorkerPool>(
           options_.worker_threads > 0
               ? options_.worker_threads
-              : std::max(1, static_cast<int>(std::thread::hardware_concurrency())))) {}
+              : std::max(1, static_cast<int>(std::thread::hardware_concurrency())))) {
+  SetMessageAllocatorFor_ComputeGradients(&unary_messages_);
+}
 
 GradService::~GradService() { pool_.reset(); }
 
 grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerContext* context,
                                                         const v1::GradRequest* request,
                                                         v1::GradResponse* response) {
-  return new UnaryGradReactor(this, context, request, response);
+  if (absl::Status admitted = Admit(); !admitted.ok()) {
+    Reject(request->request_id(), "unary", admitted);
+    return FinishNow(context, ToGrpcStatus(admitted));
+  }
+  Job job;
+  job.rpc = "unary";
+  job.received = absl::Now();
+  job.request = request;
+  job.response = response;
+  job.request_bytes = static_cast<int64_t>(request->ByteSizeLong());
+  if (!RunsInline(*request, job.request_bytes, options_.max_inline_cost)) {
+    return new UnaryGradReactor(this, context, std::move(job));
+  }
+  // Note [Inline or pool]: small enough to run on this thread.
+  requests_inline_.fetch_add(1, std::memory_order_relaxed);
+  job.cancel = MakeToken(context);
+  return FinishNow(context, ToGrpcStatus(Run(job)));
 }
 
 grpc::ServerBidiReactor<v1::Chunk, v1::Chunk>* GradService::ComputeGradientsStream(
@@ -218,44 +232,57 @@ grpc::ServerUnaryReactor* GradService::GetServerInfo(grpc::CallbackServerContext
                                                      v1::ServerInfo* response) {
   *response = info_;
   *response->mutable_counters() = counters();
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return FinishNow(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* GradService::Ping(grpc::CallbackServerContext* context,
                                             const v1::PingRequest* request,
                                             v1::PingResponse* response) {
   response->set_payload(request->payload());
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return FinishNow(context, grpc::Status::OK);
 }
 
 absl::Status GradService::Admit() {
   requests_total_.fetch_add(1, std::memory_order_relaxed);
-  absl::MutexLock lock(&mutex_);
-  if (draining_) {
+  auto unavailable = [] {
     return absl::UnavailableError("the server is shutting down; retry on another replica");
+  };
+  if (draining_.load()) return unavailable();
+  int64_t n = in_flight_.load(std::memory_order_relaxed);
+  do {
+    if (n >= options_.max_in_flight) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the server is full: ", n, " requests in flight, the limit is ",
+                       options_.max_in_flight, " (--max_in_flight); retry later"));
+    }
+  } while (!in_flight_.compare_exchange_weak(n, n + 1));
+  // Note [Admission without a lock]: admitted, unless draining began meanwhile.
+  if (draining_.load()) {
+    EndInFlight();
+    return unavailable();
   }
-  if (in_flight_ >= options_.max_in_flight) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the server is full: ", in_flight_, " requests in flight, the limit is ",
-                     options_.max_in_flight, " (--max_in_flight); retry later"));
-  }
-  ++in_flight_;
   return absl::OkStatus();
 }
 
+void GradService::EndInFlight() {
+  if (in_flight_.fetch_sub(1) == 1) {
+    MutexLock lock(&idle_mutex_);
+    idle_.SignalAll();
+  }
+}
+
 void GradService::Execute(Job job) {
-  pool_->Submit([this, job = std::move(job)] {
-    absl::Status status =
-        RunGradRequest(*job.request, options_.limits, job.cancel, job.received, job.response);
-    const int64_t bytes_out = status.ok() ? static_cast<int64_t>(job.response->ByteSizeLong()) : 0;
-    Release(job.request->request_id(), job.rpc, status, job.received, job.response->num_nodes(),
-            job.request_bytes, bytes_out);
-    job.done(status);
-  });
+  pool_->Submit([this, job = std::move(job)] { job.done(Run(job)); });
+}
+
+absl::Status GradService::Run(const Job& job) {
+  if (options_.before_run_for_testing) options_.before_run_for_testing(*job.request, *job.cancel);
+  absl::Status status =
+      RunGradRequest(*job.request, options_.limits, job.cancel, job.received, job.response);
+  const int64_t bytes_out = status.ok() ? static_cast<int64_t>(job.response->ByteSizeLong()) : 0;
+  Release(job.request->request_id(), job.rpc, status, job.received, job.response->num_nodes(),
+          job.request_bytes, bytes_out);
+  return status;
 }
 
 void GradService::Release(const std::string& request_id, const std::string& rpc,
@@ -264,33 +291,53 @@ void GradService::Release(const std::string& request_id, const std::string& rpc,
   (status.ok() ? requests_ok_ : requests_failed_).fetch_add(1, std::memory_order_relaxed);
   bytes_received_.fetch_add(bytes_in, std::memory_order_relaxed);
   bytes_sent_.fetch_add(bytes_out, std::memory_order_relaxed);
-  const grpc::Status grpc_status = ToGrpcStatus(status);
-  LogLine(absl::StrFormat(
-      "request id=%s rpc=%s status=%s duration_ms=%.3f nodes=%d bytes_in=%d bytes_out=%d%s%s",
-      LogId(request_id), rpc,
-      absl::StatusCodeToString(static_cast<absl::StatusCode>(grpc_status.error_code())),
-      absl::ToDoubleMilliseconds(absl::Now() - received), nodes, bytes_in, bytes_out,
-      status.ok() ? "" : " error=", status.ok() ? "" : grpc_status.error_message().substr(0, 200)));
-  absl::MutexLock lock(&mutex_);
-  --in_flight_;
+  if (Logs(status)) {
+    const int64_t us = absl::ToInt64Microseconds(absl::Now() - received);
+    const grpc::Status grpc_status = ToGrpcStatus(status);
+    std::string line = absl::StrCat(
+        "request id=", LogId(request_id), " rpc=", rpc, " status=",
+        absl::StatusCodeToString(static_cast<absl::StatusCode>(grpc_status.error_code())),
+        " duration_ms=", us / 1000, ".", absl::Dec(us % 1000, absl::kZeroPad3), " nodes=", nodes,
+        " bytes_in=", bytes_in, " bytes_out=", bytes_out);
+    if (!status.ok()) {
+      absl::StrAppend(&line, " error=", grpc_status.error_message().substr(0, 200));
+    }
+    LogLine(line);
+  }
+  EndInFlight();
 }
 
 void GradService::Reject(const std::string& request_id, const std::string& rpc,
                          const absl::Status& status) {
   requests_rejected_.fetch_add(1, std::memory_order_relaxed);
-  LogLine(absl::StrFormat("request id=%s rpc=%s status=%s duration_ms=0 nodes=0 error=%s",
-                          LogId(request_id), rpc, absl::StatusCodeToString(status.code()),
-                          std::string(status.message())));
+  if (!Logs(status)) return;
+  LogLine(absl::StrCat("request id=", LogId(request_id), " rpc=", rpc,
+                       " status=", absl::StatusCodeToString(status.code()),
+                       " duration_ms=0 nodes=0 error=", std::string(status.message())));
 }
 
-void GradService::StartDraining() {
-  absl::MutexLock lock(&mutex_);
-  draining_ = true;
+bool GradService::Logs(const absl::Status& status) const {
+  switch (options_.log_requests) {
+    case ServerOptions::LogRequests::kAll:
+      return true;
+    case ServerOptions::LogRequests::kErrors:
+      return !status.ok();
+    case ServerOptions::LogRequests::kNone:
+      return false;
+  }
+  return true;
 }
+
+void GradService::StartDraining() { draining_.store(true); }
 
 bool GradService::WaitUntilIdle(absl::Duration timeout) {
-  absl::MutexLock lock(&mutex_);
-  return mutex_.AwaitWithTimeout(absl::Condition(this, &GradService::Idle), timeout);
+  auto idle = [this] { return in_flight_.load() == 0; };
+  MutexLock lock(&idle_mutex_);
+  if (timeout == absl::InfiniteDuration()) {  // no deadline: a timed wait would overflow
+    idle_.Wait(&idle_mutex_, idle);
+    return true;
+  }
+  return idle_.WaitWithDeadline(&idle_mutex_, absl::Now() + timeout, idle);
 }
 
 v1::Counters GradService::counters() const {
@@ -302,8 +349,7 @@ v1::Counters GradService::counters() const {
   c.set_bytes_received(bytes_received_.load(std::memory_order_relaxed));
   c.set_bytes_sent(bytes_sent_.load(std::memory_order_relaxed));
   c.set_uptime_us(absl::ToInt64Microseconds(absl::Now() - started_));
-  absl::MutexLock lock(&mutex_);
-  c.set_in_flight(in_flight_);
+  c.set_in_flight(in_flight_.load(std::memory_order_relaxed));
   return c;
 }
 

@@ -1,15 +1,19 @@
 // The gRPC service gradserve.v1.GradService, on gRPC's callback API.
 //
 // Note [Request flow]
-// Each call gets a small reactor that owns itself (deleted in OnDone). A grad call is first
-// admitted (at most max_in_flight at once, otherwise RESOURCE_EXHAUSTED at once; UNAVAILABLE
-// while draining), then handed to the WorkerPool of engine CPU workers; the gRPC thread returns
-// at once and never waits on the Engine. The worker runs the request (RunGradRequest), does
-// the bookkeeping (counters, the log line, releasing admission) and then finishes the
-// reactor, which is the last thing it touches. The client's cancellation and deadline reach the
-// work through a CancellationToken built with the call's deadline and cancelled in OnCancel.
+// Each call is admitted first (at most max_in_flight grad calls at once, otherwise
+// RESOURCE_EXHAUSTED at once; UNAVAILABLE while draining). A unary call whose estimated work
+// is small (Note [Inline or pool] in server/dispatch.h) then runs inline on gRPC's callback
+// thread, as Ping does, and finishes gRPC's default reactor before the handler returns. Any
+// other call gets a small reactor that owns itself (deleted in OnDone) and is handed to the
+// WorkerPool of engine CPU workers; the gRPC thread returns at once and never waits on the
+// Engine. Either way, the same code (GradService::Run) runs the request (RunGradRequest) and
+// does the bookkeeping (counters, the log line, releasing admission); on the pool, finishing
+// the reactor is the last thing the worker touches. The client's deadline reaches the work
+// through a CancellationToken built with the call's deadline; on the pool, OnCancel cancels it
+// too (gRPC delivers OnCancel only after the handler returned, so not to inline work).
 // The streaming variant collects the chunks of the serialized request (at most
-// max_request_bytes), runs it the same way, then streams the serialized response back in
+// max_request_bytes), runs it on the pool, then streams the serialized response back in
 // chunks of chunk_bytes.
 
 #ifndef GRADSERVE_SERVER_GRAD_SERVICE_H_
@@ -21,13 +25,13 @@
 #include <memory>
 #include <string>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/autograd/cancellation.h"
+#include "engine/util/mutex.h"
 #include "gradserve/v1/gradserve.grpc.pb.h"
 #include "server/server_options.h"
+#include "server/unary_messages.h"
 #include "server/worker_pool.h"
 
 namespace gradserve::server {
@@ -58,6 +62,8 @@ class GradService final : public v1::GradService::CallbackService {
   // Blocks until no grad call is admitted, or timeout passes. True if none is.
   bool WaitUntilIdle(absl::Duration timeout);
   v1::Counters counters() const;
+  // Grad calls that ran inline on gRPC's thread (Note [Inline or pool]).
+  int64_t requests_inline() const { return requests_inline_.load(std::memory_order_relaxed); }
 
  private:
   class UnaryGradReactor;
@@ -78,28 +84,46 @@ class GradService final : public v1::GradService::CallbackService {
 
   // Admits a grad call (counting it in flight) or says why not.
   absl::Status Admit();
-  // Queues an admitted job on the worker pool.
+  // Queues an admitted job on the worker pool, where Run runs it and job.done follows.
   void Execute(Job job);
+  // Runs an admitted job on this thread and ends its accounting (Release); returns its status.
+  absl::Status Run(const Job& job);
   // Ends an admitted call's accounting: counters, the log line, admission released.
   void Release(const std::string& request_id, const std::string& rpc, const absl::Status& status,
                absl::Time received, int64_t nodes, int64_t bytes_in, int64_t bytes_out);
   // Counts and logs a call refused at admission.
   void Reject(const std::string& request_id, const std::string& rpc, const absl::Status& status);
 
-  bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return in_flight_ == 0; }
+  // Lowers in_flight_ by one, waking WaitUntilIdle when it reaches 0.
+  void EndInFlight();
+  // Whether a request that ends with status gets a log line (--log_requests).
+  bool Logs(const absl::Status& status) const;
 
   const ServerOptions options_;
   const absl::Time started_;
-  const v1::ServerInfo info_;  // the static part of GetServerInfo's answer
+  const v1::ServerInfo info_;             // the static part of GetServerInfo's answer
+  ArenaMessageAllocator unary_messages_;  // Note [Unary messages on an arena]
 
-  mutable absl::Mutex mutex_;
-  int64_t in_flight_ ABSL_GUARDED_BY(mutex_) = 0;
-  bool draining_ ABSL_GUARDED_BY(mutex_) = false;
+  // Note [Admission without a lock]
+  // Admit and Release run for every grad call, on many threads at once, so they take no
+  // lock: Admit raises in_flight_ with a compare-and-swap bounded by max_in_flight, then
+  // reads draining_; StartDraining sets draining_ before WaitUntilIdle reads in_flight_. Both
+  // pairs are sequentially consistent, so either Admit sees draining_ (and takes its call
+  // back) or WaitUntilIdle sees the call in flight: no call is admitted once draining was
+  // seen idle. A release that brings in_flight_ to 0 signals idle_ under idle_mutex_ (a
+  // std::mutex, cheap when free: Note [Why not absl::Mutex]), and WaitUntilIdle reads
+  // in_flight_ under it before waiting, so that signal cannot be lost.
+  std::atomic<int64_t> in_flight_{0};
+  std::atomic<bool> draining_{false};
+  // Guards no data: it orders EndInFlight's signal with WaitUntilIdle's check (above).
+  Mutex idle_mutex_;
+  CondVar idle_;
 
   std::atomic<int64_t> requests_total_{0};
   std::atomic<int64_t> requests_ok_{0};
   std::atomic<int64_t> requests_failed_{0};
   std::atomic<int64_t> requests_rejected_{0};
+  std::atomic<int64_t> requests_inline_{0};
   std::atomic<int64_t> bytes_received_{0};
   std::atomic<int64_t> bytes_sent_{0};
 

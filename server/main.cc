@@ -35,6 +35,17 @@ ABSL_FLAG(int64_t, chunk_bytes, kDefaults.chunk_bytes,
 ABSL_FLAG(int64_t, max_in_flight, kDefaults.max_in_flight,
           "Requests admitted at once (running or queued for a worker); more are refused with "
           "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_inline_cost, kDefaults.max_inline_cost,
+          "Unary grad requests whose estimated cost is at most this run at once on gRPC's "
+          "thread instead of queuing for a worker thread: cheaper for small requests. The cost "
+          "is (leaves + ops + names) x (backward calls + 1) x the largest possible tensor's "
+          "elements (at least 64) + the request's bytes, for requests of elementwise ops and "
+          "reductions on the CPU; see Note [Inline or pool] in server/dispatch.h. 0: every "
+          "request uses the workers.");
+ABSL_FLAG(std::string, log_requests, gradserve::server::LogRequestsName(kDefaults.log_requests),
+          "Which grad requests get a line on stderr (id, status, duration, sizes): all, errors "
+          "(failed or refused ones only) or none. A line per request costs a write to stderr, "
+          "a noticeable share of a small request's cost, hence the default.");
 ABSL_FLAG(int64_t, max_ops, kDefaults.limits.max_ops,
           "Ops per request graph, sub-graphs included.");
 ABSL_FLAG(int64_t, max_leaves, kDefaults.limits.max_leaves, "Leaf tensors per request graph.");
@@ -56,7 +67,7 @@ ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(25),
 namespace gradserve::server {
 namespace {
 
-ServerOptions OptionsFromFlags() {
+absl::StatusOr<ServerOptions> OptionsFromFlags() {
   ServerOptions o;
   o.listen_address = absl::GetFlag(FLAGS_listen);
   o.worker_threads = absl::GetFlag(FLAGS_worker_threads);
@@ -64,6 +75,11 @@ ServerOptions OptionsFromFlags() {
   o.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   o.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   o.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
+  o.max_inline_cost = absl::GetFlag(FLAGS_max_inline_cost);
+  if (absl::Status s = ParseLogRequests(absl::GetFlag(FLAGS_log_requests), &o.log_requests);
+      !s.ok()) {
+    return s;
+  }
   o.limits.max_ops = absl::GetFlag(FLAGS_max_ops);
   o.limits.max_leaves = absl::GetFlag(FLAGS_max_leaves);
   o.limits.max_tensor_elements = absl::GetFlag(FLAGS_max_tensor_elements);
@@ -88,11 +104,12 @@ int Main() {
       return 2;
     }
   }
-  const ServerOptions options = OptionsFromFlags();
-  if (absl::Status s = CheckOptions(options); !s.ok()) {
+  const absl::StatusOr<ServerOptions> parsed = OptionsFromFlags();
+  if (absl::Status s = parsed.ok() ? CheckOptions(*parsed) : parsed.status(); !s.ok()) {
     std::fprintf(stderr, "gradserve-server: %s\n", std::string(s.message()).c_str());
     return 2;
   }
+  const ServerOptions& options = *parsed;
   absl::StatusOr<std::unique_ptr<GradServer>> server = GradServer::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "gradserve-server: %s\n", std::string(server.status().message()).c_str());

@@ -12,9 +12,37 @@ absl::Status Positive(const char* name, int64_t value) {
 
 }  // namespace
 
+const char* LogRequestsName(ServerOptions::LogRequests value) {
+  switch (value) {
+    case ServerOptions::LogRequests::kAll:
+      return "all";
+    case ServerOptions::LogRequests::kErrors:
+      return "errors";
+    case ServerOptions::LogRequests::kNone:
+      return "none";
+  }
+  return "all";
+}
+
+absl::Status ParseLogRequests(const std::string& text, ServerOptions::LogRequests* value) {
+  for (ServerOptions::LogRequests v :
+       {ServerOptions::LogRequests::kAll, ServerOptions::LogRequests::kErrors,
+        ServerOptions::LogRequests::kNone}) {
+    if (text == LogRequestsName(v)) {
+      *value = v;
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--log_requests must be all, errors or none, got '", text, "'"));
+}
+
 absl::Status CheckOptions(const ServerOptions& o) {
   if (o.worker_threads < 0) {
     return absl::InvalidArgumentError("--worker_threads must be 0 (one per core) or more");
+  }
+  if (o.max_inline_cost < 0) {
+    return absl::InvalidArgumentError("--max_inline_cost must be 0 (never inline) or more");
   }
   if (o.max_message_bytes > INT32_MAX) {
     return absl::InvalidArgumentError(

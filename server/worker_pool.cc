@@ -11,25 +11,28 @@ WorkerPool::WorkerPool(int num_threads) {
 
 WorkerPool::~WorkerPool() {
   {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     stopping_ = true;
   }
+  ready_.SignalAll();
   for (std::thread& t : threads_) t.join();
 }
 
 void WorkerPool::Submit(std::function<void()> task) {
-  absl::MutexLock lock(&mutex_);
-  queue_.push_back(std::move(task));
+  {
+    MutexLock lock(&mutex_);
+    queue_.push_back(std::move(task));
+  }
+  ready_.Signal();
 }
-
-bool WorkerPool::ReadyToWake() const { return stopping_ || !queue_.empty(); }
 
 void WorkerPool::Loop() {
   for (;;) {
     std::function<void()> task;
     {
-      absl::MutexLock lock(&mutex_);
-      mutex_.Await(absl::Condition(this, &WorkerPool::ReadyToWake));
+      MutexLock lock(&mutex_);
+      ready_.Wait(&mutex_,
+                  [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, and nothing left to run
       task = std::move(queue_.front());
       queue_.pop_front();

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "engine/util/mutex.h"
 
 namespace gradserve::server {
 
@@ -34,9 +34,11 @@ class WorkerPool {
 
  private:
   void Loop();
-  bool ReadyToWake() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
-  absl::Mutex mutex_;
+  // A std::mutex: cheaper to wake a worker with than Debian's absl::Mutex, which runs a
+  // deadlock detector on every lock (Note [Why not absl::Mutex]).
+  Mutex mutex_;
+  CondVar ready_;  // signalled when queue_ gains a task or stopping_ is set
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mutex_);
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
   std::vector<std::thread> threads_;

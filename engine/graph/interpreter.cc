@@ -178,9 +178,10 @@ void RunOps(const Graph& graph, const std::string& scope,
       }
     }
     // Errors from a checkpoint's body already name their op by its full path, which starts
-    // with this op's description.
-    const std::string context = DescribeOp(scope, i, op);
+    // with this op's description. The description is built only for an error: for every op,
+    // it was about 2% of a small request's server instructions.
     auto in_context = [&](const absl::Status& status) {
+      const std::string context = DescribeOp(scope, i, op);
       return absl::StartsWith(status.message(), context) ? status : WithContext(status, context);
     };
     try {

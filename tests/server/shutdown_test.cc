@@ -1,101 +1,24 @@
 // Graceful shutdown of the real gradserve-server binary: SIGTERM while calls are in flight
 // loses no accepted call, and the process exits 0.
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/server/test_util.h"
 
-extern char** environ;
-
 namespace gradserve::testing {
 namespace {
 
-// The server binary as a child process, its stderr in a file.
-class ServerProcess {
- public:
-  explicit ServerProcess(std::vector<std::string> flags) {
-    log_path_ = absl::StrCat(::testing::TempDir(), "/gradserve-server-", getpid(), ".log");
-    std::vector<std::string> argv = {GRADSERVE_SERVER_BINARY, "--listen=127.0.0.1:0"};
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    std::vector<char*> args;
-    for (std::string& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 2, log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                     0644);
-    if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~ServerProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  // The port from the "listening on" log line, or 0 if it does not come within timeout.
-  int WaitForPort(absl::Duration timeout) {
-    const absl::Time end = absl::Now() + timeout;
-    while (absl::Now() < end && pid_ > 0) {
-      const std::string log = Log();
-      const size_t at = log.find("listening on 127.0.0.1:");
-      if (at != std::string::npos) {
-        const size_t start = at + std::string("listening on 127.0.0.1:").size();
-        int port = 0;
-        if (absl::SimpleAtoi(log.substr(start, log.find(' ', start) - start), &port)) return port;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return 0;
-  }
-
-  std::string Log() const {
-    std::ifstream in(log_path_);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-
-  void Signal(int sig) { kill(pid_, sig); }
-
-  // The exit status, or -1 if it does not exit within timeout.
-  int WaitForExit(absl::Duration timeout) {
-    const absl::Time end = absl::Now() + timeout;
-    while (absl::Now() < end) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return -1;
-  }
-
- private:
-  std::string log_path_;
-  pid_t pid_ = -1;
-};
-
 TEST(ShutdownTest, SigtermUnderLoadLosesNoAcceptedCall) {
-  ServerProcess process({"--grace_period=60s", "--worker_threads=2", "--max_in_flight=64"});
+  ServerProcess process(
+      {"--grace_period=60s", "--worker_threads=2", "--max_in_flight=64", "--log_requests=all"});
   const int port = process.WaitForPort(absl::Seconds(20));
   ASSERT_GT(port, 0) << process.Log();
   std::unique_ptr<client::Client> client =

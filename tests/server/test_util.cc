@@ -1,10 +1,22 @@
 #include "tests/server/test_util.h"
 
-#include <cmath>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+
+extern char** environ;
 
 namespace gradserve::testing {
 
@@ -40,6 +52,67 @@ TestServer::~TestServer() {
 }
 
 std::string TestServer::target() const { return absl::StrCat("127.0.0.1:", server_->port()); }
+
+ServerProcess::ServerProcess(std::vector<std::string> flags) {
+  static std::atomic<int> processes{0};
+  log_path_ = absl::StrCat(::testing::TempDir(), "/gradserve-server-", getpid(), "-",
+                           processes.fetch_add(1), ".log");
+  std::vector<std::string> argv = {GRADSERVE_SERVER_BINARY, "--listen=127.0.0.1:0"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  std::vector<char*> args;
+  for (std::string& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 2, log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), environ) != 0) pid_ = -1;
+  posix_spawn_file_actions_destroy(&actions);
+}
+
+ServerProcess::~ServerProcess() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+}
+
+int ServerProcess::WaitForPort(absl::Duration timeout) {
+  const absl::Time end = absl::Now() + timeout;
+  while (absl::Now() < end && pid_ > 0) {
+    const std::string log = Log();
+    const size_t at = log.find("listening on 127.0.0.1:");
+    if (at != std::string::npos) {
+      const size_t start = at + std::string("listening on 127.0.0.1:").size();
+      int port = 0;
+      if (absl::SimpleAtoi(log.substr(start, log.find(' ', start) - start), &port)) return port;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return 0;
+}
+
+std::string ServerProcess::Log() const {
+  std::ifstream in(log_path_);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void ServerProcess::Signal(int sig) { kill(pid_, sig); }
+
+int ServerProcess::WaitForExit(absl::Duration timeout) {
+  const absl::Time end = absl::Now() + timeout;
+  while (absl::Now() < end) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return -1;
+}
 
 v1::GradRequest SquareRequest() {
   RequestBuilder b;

@@ -4,11 +4,14 @@
 #ifndef GRADSERVE_TESTS_SERVER_TEST_UTIL_H_
 #define GRADSERVE_TESTS_SERVER_TEST_UTIL_H_
 
+#include <sys/types.h>
+
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "client/gradserve_client.h"
 #include "server/grad_server.h"
 #include "server/server_options.h"
@@ -36,6 +39,26 @@ class TestServer {
  private:
   std::unique_ptr<server::GradServer> server_;
   std::unique_ptr<client::Client> client_;
+};
+
+// The gradserve-server binary as a child process on 127.0.0.1 (port picked free), its stderr
+// in a file. Killed (SIGKILL) when destroyed if it still runs.
+class ServerProcess {
+ public:
+  explicit ServerProcess(std::vector<std::string> flags);
+  ~ServerProcess();
+
+  // The port from the "listening on" log line, or 0 if it does not come within timeout.
+  int WaitForPort(absl::Duration timeout);
+  // Its stderr so far.
+  std::string Log() const;
+  void Signal(int sig);
+  // The exit status, or -1 if it does not exit within timeout.
+  int WaitForExit(absl::Duration timeout);
+
+ private:
+  std::string log_path_;
+  pid_t pid_ = -1;
 };
 
 // loss = sum(x * x) with x = [1, 2, 3] float32 requiring grad; one grad call for x.
