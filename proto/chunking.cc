@@ -90,6 +90,30 @@ bool ParseFromChunks(const std::vector<std::string>& chunks,
   return message->ParseFromZeroCopyStream(&stream);
 }
 
+BufferPool& BufferPool::Default() {
+  static BufferPool* const pool = new BufferPool;
+  return *pool;
+}
+
+std::string BufferPool::Take() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (free_.empty()) return std::string();
+  std::string s = std::move(free_.back());
+  free_.pop_back();
+  bytes_ -= s.capacity();
+  return s;
+}
+
+void BufferPool::Give(std::string s) {
+  const size_t capacity = s.capacity();
+  if (capacity < kMinBytes || capacity > kMaxBytes) return;
+  s.clear();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (bytes_ + capacity > kPoolBytes) return;
+  bytes_ += capacity;
+  free_.push_back(std::move(s));
+}
+
 void TuneMallocForLargeStreams() {
   // Advice only: a libc without these options keeps its defaults.
   mallopt(M_MMAP_THRESHOLD, kMallocMmapThreshold);

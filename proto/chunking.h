@@ -17,7 +17,9 @@
 #ifndef GRADSERVE_PROTO_CHUNKING_H_
 #define GRADSERVE_PROTO_CHUNKING_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -77,6 +79,36 @@ bool SerializeToChunks(const google::protobuf::MessageLite& message, int64_t chu
 // Parses the concatenation of chunks into *message. False if it does not parse.
 bool ParseFromChunks(const std::vector<std::string>& chunks,
                      google::protobuf::MessageLite* message);
+
+// Note [Chunk buffer pool]
+// Even with malloc tuned (Note [Malloc for big streams]), glibc unmaps a thread arena's whole
+// 64 MiB heaps once they are free, so the chunk strings of one big call (allocated on one
+// thread, freed on another) were faulted in afresh by the next. The server keeps their buffers
+// instead: a freed chunk string goes to a process-wide pool, bounded to kPoolBytes of capacity
+// in all, and the next read or serialized chunk takes a buffer from it; a received chunk much
+// smaller than its buffer is copied out, so no small chunk pins a big buffer.
+//
+// Thread safety: all methods may be called from any thread at once.
+class BufferPool {
+ public:
+  // Buffers kept: capacity in [kMinBytes, kMaxBytes], kPoolBytes of them at most.
+  static constexpr size_t kMinBytes = size_t{64} << 10;
+  static constexpr size_t kMaxBytes = size_t{64} << 20;
+  static constexpr size_t kPoolBytes = size_t{128} << 20;
+
+  // The process's pool.
+  static BufferPool& Default();
+
+  // An empty string, with a pooled buffer if there is one.
+  std::string Take();
+  // Keeps s's buffer if it fits the bounds, else frees it.
+  void Give(std::string s);
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::string> free_;  // guarded by mutex_
+  size_t bytes_ = 0;               // capacity in free_; guarded by mutex_
+};
 
 // Note [Malloc for big streams]
 // A big streamed call moves its bytes through many buffers of a few MiB: gRPC's read and write

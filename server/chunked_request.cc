@@ -9,6 +9,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "google/protobuf/wire_format_lite.h"
+#include "proto/chunking.h"
 
 namespace gradserve::server {
 namespace {
@@ -100,7 +101,7 @@ class WireReader {
 };
 
 // Appends bytes to chunk strings of at most chunk_bytes, each reserved (not zero-filled) to
-// what it will hold.
+// what it will hold, on a pooled buffer when there is one (Note [Chunk buffer pool]).
 class ChunkWriter {
  public:
   ChunkWriter(std::vector<std::string>* chunks, size_t chunk_bytes, size_t total)
@@ -109,7 +110,8 @@ class ChunkWriter {
   void operator()(const char* data, size_t n) {
     while (n > 0) {
       if (chunks_->empty() || chunks_->back().size() == chunk_bytes_) {
-        chunks_->emplace_back().reserve(std::min(chunk_bytes_, remaining_));
+        chunks_->push_back(chunking::BufferPool::Default().Take());
+        chunks_->back().reserve(std::min(chunk_bytes_, remaining_));
       }
       std::string& chunk = chunks_->back();
       const size_t k = std::min(n, chunk_bytes_ - chunk.size());
@@ -285,8 +287,12 @@ const ChunkedRequest::Bytes* ChunkedRequest::Find(const v1::Tensor& tensor) cons
 }
 
 void ChunkedRequest::Clear() {
-  Chunks().swap(chunks_);
   std::vector<Bytes>().swap(external_);
+  for (std::shared_ptr<std::string>& chunk : chunks_) {
+    // A chunk a tensor adopted stays with the tensor.
+    if (chunk.use_count() == 1) chunking::BufferPool::Default().Give(std::move(*chunk));
+  }
+  Chunks().swap(chunks_);
   size_ = 0;
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "proto/chunking.h"
 #include "server/grpc_status.h"
 #include "server/log.h"
 #include "server/request_runner.h"
@@ -97,6 +98,7 @@ class GradService::StreamGradReactor final : public grpc::ServerBidiReactor<v1::
       Finish(ToGrpcStatus(admitted));
       return;
     }
+    *chunk_.mutable_data() = chunking::BufferPool::Default().Take();
     StartRead(&chunk_);
   }
 
@@ -114,8 +116,15 @@ class GradService::StreamGradReactor final : public grpc::ServerBidiReactor<v1::
                        " bytes (--max_request_bytes)")));
       return;
     }
-    received_.Append(std::move(*chunk_.mutable_data()));
-    chunk_.Clear();
+    // Note [Chunk buffer pool]: the next read fills a pooled buffer; a chunk much smaller than
+    // its buffer is copied out, so that the buffer serves the next read.
+    std::string* data = chunk_.mutable_data();
+    if (data->size() >= data->capacity() / 2) {
+      received_.Append(std::move(*data));
+      *data = chunking::BufferPool::Default().Take();
+    } else {
+      received_.Append(std::string(*data));
+    }
     StartRead(&chunk_);
   }
 
@@ -176,8 +185,10 @@ class GradService::StreamGradReactor final : public grpc::ServerBidiReactor<v1::
   }
 
   // Writes the next chunk of out_ (the first one carries the total size), or finishes once all
-  // were written. The chunk's bytes are moved, not copied, and the previous chunk's freed.
+  // were written. The chunk's bytes are moved, not copied, and the previous chunk's buffer goes
+  // back to the pool (Note [Chunk buffer pool]).
   void WriteNextChunk() {
+    chunking::BufferPool::Default().Give(std::move(*chunk_.mutable_data()));  // the one sent
     if (next_ == out_.size()) {
       std::vector<std::string>().swap(out_);
       Finish(grpc::Status::OK);
