@@ -217,6 +217,32 @@ TEST(ChunkingTest, SerializeAndParseAcrossChunkSizes) {
   EXPECT_THAT(chunks, ElementsAre(""));
 }
 
+TEST(ChunkingTest, BufferPoolKeepsBigBuffersWithinItsBound) {
+  chunking::BufferPool pool;
+  EXPECT_EQ(pool.Take().capacity(), std::string().capacity());  // empty pool: a plain string
+  std::string small;
+  small.reserve(100);
+  pool.Give(std::move(small));  // too small to keep
+  EXPECT_LT(pool.Take().capacity(), chunking::BufferPool::kMinBytes);
+  std::string big(chunking::BufferPool::kMinBytes * 2, 'x');
+  const char* buffer = big.data();
+  pool.Give(std::move(big));
+  std::string reused = pool.Take();
+  EXPECT_TRUE(reused.empty());
+  EXPECT_EQ(reused.data(), buffer);
+  // No more than kPoolBytes are kept.
+  const size_t each = chunking::BufferPool::kMaxBytes;
+  const size_t fits = chunking::BufferPool::kPoolBytes / each;
+  for (size_t i = 0; i < fits + 2; ++i) {
+    std::string s;
+    s.reserve(each);
+    pool.Give(std::move(s));
+  }
+  size_t kept = 0;
+  while (pool.Take().capacity() >= chunking::BufferPool::kMinBytes) ++kept;
+  EXPECT_EQ(kept, fits);
+}
+
 // End to end: many small, odd-sized chunks each way, through the real client and server.
 TEST(StreamingTest, MultiChunkRequestAndResponseRoundTrip) {
   server::ServerOptions options = TestOptions();
