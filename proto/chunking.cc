@@ -96,7 +96,7 @@ BufferPool& BufferPool::Default() {
 }
 
 std::string BufferPool::Take() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   if (free_.empty()) return std::string();
   std::string s = std::move(free_.back());
   free_.pop_back();
@@ -108,7 +108,7 @@ void BufferPool::Give(std::string s) {
   const size_t capacity = s.capacity();
   if (capacity < kMinBytes || capacity > kMaxBytes) return;
   s.clear();
-  std::lock_guard<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   if (bytes_ + capacity > kPoolBytes) return;
   bytes_ += capacity;
   free_.push_back(std::move(s));

@@ -1,6 +1,6 @@
 // Cutting a serialized message into the Chunks of a streamed call, and putting it back together,
 // without an intermediate copy of the whole message (Note [Zero-copy streaming]). Used by the
-// server and by the C++ client; depends on protobuf only.
+// server and by the C++ client; depends on protobuf and Abseil only.
 //
 // Note [Zero-copy streaming]
 // ComputeGradientsStream carries a serialized GradRequest (or GradResponse) cut into Chunks. The
@@ -19,10 +19,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "google/protobuf/io/zero_copy_stream.h"
 #include "google/protobuf/message_lite.h"
 
@@ -105,9 +106,9 @@ class BufferPool {
   void Give(std::string s);
 
  private:
-  std::mutex mutex_;
-  std::vector<std::string> free_;  // guarded by mutex_
-  size_t bytes_ = 0;               // capacity in free_; guarded by mutex_
+  absl::Mutex mutex_;
+  std::vector<std::string> free_ ABSL_GUARDED_BY(mutex_);
+  size_t bytes_ ABSL_GUARDED_BY(mutex_) = 0;  // capacity in free_
 };
 
 // Note [Malloc for big streams]
