@@ -46,6 +46,16 @@ size_t VarintSize(uint64_t v) {
   return n;
 }
 
+// Writes v as a varint of exactly n bytes (n >= VarintSize(v)), padding with continuation
+// bytes: protobuf reads such non-minimal varints as the same value.
+void PutPaddedVarint(uint64_t v, size_t n, char* out) {
+  for (size_t i = 0; i + 1 < n; ++i) {
+    out[i] = static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  out[n - 1] = static_cast<char>(v);
+}
+
 uint32_t Tag(int field, WireFormat::WireType type) { return WireFormat::MakeTag(field, type); }
 
 // Reads the wire format forward across a list of chunks. Callers check that what they read
@@ -188,11 +198,17 @@ class ChunkedRequest::Walker {
           if (dropped) {
             in_.Read(n, skip);
           } else if (f != nullptr && f->type() == FieldDescriptor::TYPE_MESSAGE) {
-            std::string sub;
-            if (absl::Status s = Message(f->message_type(), n, depth + 1, &sub); !s.ok()) return s;
+            // Written in place, its length patched afterwards in as many bytes as the original
+            // length took: a rewritten message is never longer than the original (extracting
+            // saves more than its marker costs), so each byte is copied once, at any depth.
             PutVarint(tag, append);
-            PutVarint(sub.size(), append);
-            out->append(sub);
+            const size_t length_at = out->size();
+            const size_t length_bytes = VarintSize(n);
+            out->append(length_bytes, '\0');
+            if (absl::Status s = Message(f->message_type(), n, depth + 1, out); !s.ok()) return s;
+            const size_t written = out->size() - length_at - length_bytes;
+            if (written > n) return absl::InternalError("a rewritten message grew");
+            PutPaddedVarint(written, length_bytes, out->data() + length_at);
           } else if (is_tensor && field == kTensorDataField && n >= kMinExternalBytes) {
             Bytes bytes;
             bytes.size = n;

@@ -12,10 +12,12 @@
 // (chunk, offset, size) pieces; protobuf then parses the skeleton, and wire.cc's FromProto asks
 // Find() for each tensor's bytes. A tensor whose bytes lie in one chunk adopts them there
 // (Note [Adopted storage]); one whose bytes span chunks is gathered into its tensor with a
-// single copy. The skeleton has the same meaning as the original: lengths of enclosing messages
-// are re-encoded, fields keep their order (so oneof and last-one-wins rules hold: a later
-// inline `data` gets a marker 0, cancelling an earlier one), a client's own field
-// kExternalDataField in a Tensor is dropped, and groups (not part of proto3) are refused.
+// single copy. The skeleton has the same meaning as the original: each message is rewritten in
+// place and its length patched in as many bytes as the original length took (the rewrite is
+// never longer, so every byte is copied once whatever the nesting), fields keep their order (so
+// oneof and last-one-wins rules hold: a later inline `data` gets a marker 0, cancelling an earlier
+// one), a client's own field kExternalDataField in a Tensor is dropped, and groups (not part of
+// proto3) are refused.
 //
 // Limits: the chunks are bounded by max_request_bytes before Parse runs; Parse allocates only
 // the skeleton (smaller than the request) and the side table, and nothing from a length the

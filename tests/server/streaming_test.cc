@@ -152,6 +152,41 @@ TEST(ChunkedRequestTest, LastDataFieldWinsAndClientMarkersAreDropped) {
   EXPECT_EQ(chunked.Find(value), nullptr);
 }
 
+// Messages within messages are rewritten in place, their lengths patched: a big leaf at the
+// bottom of nested checkpoint bodies comes through, and nesting past protobuf's limit is refused.
+TEST(ChunkedRequestTest, NestedMessagesKeepTheirBytesAndDepthIsBounded) {
+  auto nested = [](int depth) {
+    v1::GradRequest request;
+    v1::Graph* g = request.mutable_graph();
+    for (int i = 0; i < depth; ++i) {
+      v1::Op* op = g->add_ops();
+      op->set_op("checkpoint");
+      g = op->mutable_body();
+    }
+    v1::Leaf* leaf = g->add_leaves();
+    leaf->set_name("deep");
+    HostTensor::Float32(Ramp(5000, 1), {5000}).ToProto(leaf->mutable_value());
+    return request;
+  };
+  const v1::GradRequest request = nested(40);
+  server::ChunkedRequest chunked = Cut(request.SerializeAsString(), {999});
+  v1::GradRequest parsed;
+  ASSERT_TRUE(chunked.Parse(&parsed).ok());
+  const v1::Graph* g = &parsed.graph();
+  const v1::Graph* original = &request.graph();
+  for (int i = 0; i < 40; ++i) {
+    g = &g->ops(0).body();
+    original = &original->ops(0).body();
+  }
+  ASSERT_NE(chunked.Find(g->leaves(0).value()), nullptr);
+  EXPECT_EQ(Gather(*chunked.Find(g->leaves(0).value())), original->leaves(0).value().data());
+
+  server::ChunkedRequest too_deep = Cut(nested(60).SerializeAsString(), {999});
+  absl::Status s = too_deep.Parse(&parsed);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "nested too deep")) << s;
+}
+
 TEST(ChunkedRequestTest, MalformedStreamsAreInvalidArgument) {
   const std::string bytes = BigRequest(5000).SerializeAsString();
   for (size_t cut : {size_t{1}, size_t{7}, bytes.size() / 2, bytes.size() - 1}) {
