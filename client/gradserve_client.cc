@@ -11,6 +11,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
+#include "proto/chunking.h"
 
 namespace gradserve::client {
 namespace {
@@ -430,10 +431,14 @@ absl::StatusOr<v1::GradResponse> Client::Streamed(const v1::GradRequest& request
                                                   const CallOptions& options, int64_t max_message) {
   const int64_t chunk_bytes =
       std::max<int64_t>(1, std::min(options_.chunk_bytes, max_message - kFramingBytes));
-  std::string bytes;
-  if (!request.SerializeToString(&bytes)) {
+  // Note [Zero-copy streaming]: the request is serialized straight into the chunks' strings,
+  // each moved into the Chunk written; the response's chunks are kept as they come and parsed
+  // from the list.
+  std::vector<std::string> out;
+  if (!chunking::SerializeToChunks(request, chunk_bytes, &out)) {
     return absl::InvalidArgumentError("the request could not be serialized");
   }
+  const int64_t total = static_cast<int64_t>(request.ByteSizeLong());
   grpc::ClientContext context;
   SetUp(context, options);
   CancellerBinding binding(options.canceller, &context, &CallCanceller::Bind,
@@ -442,28 +447,26 @@ absl::StatusOr<v1::GradResponse> Client::Streamed(const v1::GradRequest& request
       stub_->ComputeGradientsStream(&context);
   v1::Chunk chunk;
   // A failed write means the server ended the call; Finish below says why.
-  size_t offset = 0;
-  do {
-    const size_t n = std::min(bytes.size() - offset, static_cast<size_t>(chunk_bytes));
+  for (size_t i = 0; i < out.size(); ++i) {
     chunk.Clear();
-    if (offset == 0) chunk.set_total_bytes(static_cast<int64_t>(bytes.size()));
-    chunk.set_data(bytes.data() + offset, n);
-    offset += n;
+    if (i == 0) chunk.set_total_bytes(total);
+    *chunk.mutable_data() = std::move(out[i]);
     if (!stream->Write(chunk)) break;
-  } while (offset < bytes.size());
+  }
   stream->WritesDone();
-  std::string().swap(bytes);
+  std::vector<std::string>().swap(out);
 
-  std::string received;
+  std::vector<std::string> received;
+  int64_t received_bytes = 0;
   while (stream->Read(&chunk)) {
-    if (received.empty() && chunk.total_bytes() > 0) received.reserve(chunk.total_bytes());
-    received.append(chunk.data());
+    received_bytes += static_cast<int64_t>(chunk.data().size());
+    received.push_back(std::move(*chunk.mutable_data()));
   }
   grpc::Status status = stream->Finish();
   if (!status.ok()) return FromGrpcStatus(status);
   v1::GradResponse response;
-  if (!response.ParseFromString(received)) {
-    return absl::InternalError(absl::StrCat("the server's streamed response (", received.size(),
+  if (!chunking::ParseFromChunks(received, &response)) {
+    return absl::InternalError(absl::StrCat("the server's streamed response (", received_bytes,
                                             " bytes) does not parse as a GradResponse"));
   }
   return response;

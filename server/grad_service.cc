@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "proto/chunking.h"
 #include "server/dispatch.h"
 #include "server/grpc_status.h"
 #include "server/log.h"
@@ -74,7 +75,13 @@ class GradService::UnaryGradReactor final : public grpc::ServerUnaryReactor {
 };
 
 // Note [Request flow], streaming form. Reads, the work and writes happen one after another, so
-// no two of them touch the reactor's fields at once; OnCancel touches only the token.
+// no two of them touch the reactor's fields at once; OnCancel touches only the token. The
+// request and response never exist as one string (Note [Zero-copy streaming]): received
+// chunks' bytes are moved into a ChunkedRequest, parsed once the client half-closes, whose big
+// tensor bytes the engine uses in place (Note [Tensor bytes left in the chunks]); the response is
+// serialized straight into chunk-sized strings, its big tensors' bytes copied once, from the
+// engine's tensors (ChunkedResponse), and each string is moved into the Chunk written and freed
+// once gRPC has sent it.
 class GradService::StreamGradReactor final : public grpc::ServerBidiReactor<v1::Chunk, v1::Chunk> {
  public:
   StreamGradReactor(GradService* service, grpc::CallbackServerContext* context)
@@ -87,6 +94,7 @@ class GradService::StreamGradReactor final : public grpc::ServerBidiReactor<v1::
       Finish(ToGrpcStatus(admitted));
       return;
     }
+    *chunk_.mutable_data() = chunking::BufferPool::Default().Take();
     StartRead(&chunk_);
   }
 
@@ -95,16 +103,24 @@ class GradService::StreamGradReactor final : public grpc::ServerBidiReactor<v1::
       RunRequest();
       return;
     }
+    // total_bytes is only a claim: it can fail a call early, never size an allocation.
     const int64_t limit = service_->options_.max_request_bytes;
     if (chunk_.total_bytes() > limit ||
-        static_cast<int64_t>(received_.size() + chunk_.data().size()) > limit) {
+        received_.size() + static_cast<int64_t>(chunk_.data().size()) > limit) {
       FailEarly(absl::ResourceExhaustedError(
           absl::StrCat("the streamed request is larger than the limit of ", limit,
                        " bytes (--max_request_bytes)")));
       return;
     }
-    if (chunk_.total_bytes() > 0 && received_.empty()) received_.reserve(chunk_.total_bytes());
-    received_.append(chunk_.data());
+    // Note [Chunk buffer pool]: the next read fills a pooled buffer; a chunk much smaller than
+    // its buffer is copied out, so that the buffer serves the next read.
+    std::string* data = chunk_.mutable_data();
+    if (data->size() >= data->capacity() / 2) {
+      received_.Append(std::move(*data));
+      *data = chunking::BufferPool::Default().Take();
+    } else {
+      received_.Append(std::string(*data));
+    }
     StartRead(&chunk_);
   }
 
@@ -120,58 +136,64 @@ class GradService::StreamGradReactor final : public grpc::ServerBidiReactor<v1::
   void OnDone() override { delete this; }
 
  private:
-  // The client half-closed (or the call broke): parse what came and run it.
+  // The client half-closed (or the call broke): parse what came (cheap: big tensor bytes are
+  // not copied) and run it on a worker.
   void RunRequest() {
     if (context_->IsCancelled()) {
       FailEarly(absl::CancelledError("the client cancelled the call while sending it"));
       return;
     }
-    if (!request_.ParseFromString(received_)) {
-      FailEarly(absl::InvalidArgumentError(
-          absl::StrCat("malformed request: the ", received_.size(),
-                       " streamed bytes do not parse as a gradserve.v1.GradRequest")));
+    if (absl::Status parsed = received_.Parse(&request_); !parsed.ok()) {
+      FailEarly(parsed);
       return;
     }
-    const int64_t request_bytes = static_cast<int64_t>(received_.size());
-    std::string().swap(received_);
     Job job;
     job.rpc = "stream";
     job.received = received_at_;
     job.request = &request_;
     job.response = &response_;
-    job.request_bytes = request_bytes;
+    job.request_bytes = received_.size();
+    job.chunked = &received_;
+    job.deferred = &deferred_;
     job.cancel = cancel_;
     job.done = [this](const absl::Status& status) {
+      if (status.ok() && !deferred_.Serialize(response_, service_->options_.chunk_bytes, &out_)) {
+        Finish(ToGrpcStatus(absl::ResourceExhaustedError(
+            "the response is larger than 2 GiB, more than one streamed message can carry")));
+        return;
+      }
+      deferred_.Clear();
+      response_.Clear();
       if (!status.ok()) {
         Finish(ToGrpcStatus(status));
         return;
       }
-      response_.SerializeToString(&out_);
-      response_.Clear();
+      for (const std::string& chunk : out_) total_out_ += chunk.size();
       WriteNextChunk();
     };
     service_->Execute(std::move(job));
   }
 
   void FailEarly(const absl::Status& status) {
-    service_->Release(request_.request_id(), "stream", status, received_at_, 0,
-                      static_cast<int64_t>(received_.size()), 0);
+    service_->Release(request_.request_id(), "stream", status, received_at_, 0, received_.size(),
+                      0);
     Finish(ToGrpcStatus(status));
   }
 
-  // Writes the next chunk of out_, or finishes once all was written. The first chunk carries
-  // the total size; an empty response is still one (empty) chunk.
+  // Writes the next chunk of out_ (the first one carries the total size), or finishes once all
+  // were written. The chunk's bytes are moved, not copied, and the previous chunk's buffer goes
+  // back to the pool (Note [Chunk buffer pool]).
   void WriteNextChunk() {
-    if (written_ > 0 && written_ >= out_.size()) {
+    chunking::BufferPool::Default().Give(std::move(*chunk_.mutable_data()));  // the one sent
+    if (next_ == out_.size()) {
+      std::vector<std::string>().swap(out_);
       Finish(grpc::Status::OK);
       return;
     }
-    const size_t n =
-        std::min(out_.size() - written_, static_cast<size_t>(service_->options_.chunk_bytes));
     chunk_.Clear();
-    if (written_ == 0) chunk_.set_total_bytes(static_cast<int64_t>(out_.size()));
-    chunk_.set_data(out_.substr(written_, n));
-    written_ += std::max<size_t>(n, 1);
+    if (next_ == 0) chunk_.set_total_bytes(static_cast<int64_t>(total_out_));
+    *chunk_.mutable_data() = std::move(out_[next_]);
+    ++next_;
     StartWrite(&chunk_);
   }
 
@@ -179,12 +201,14 @@ class GradService::StreamGradReactor final : public grpc::ServerBidiReactor<v1::
   grpc::CallbackServerContext* const context_;
   const std::shared_ptr<autograd::CancellationToken> cancel_;
   const absl::Time received_at_;
-  v1::Chunk chunk_;       // the read, then the write, in progress
-  std::string received_;  // the serialized request so far
+  v1::Chunk chunk_;          // the read, then the write, in progress
+  ChunkedRequest received_;  // the request's chunks; parsed, then cleared, by the worker
   v1::GradRequest request_;
   v1::GradResponse response_;
-  std::string out_;     // the serialized response
-  size_t written_ = 0;  // bytes of out_ sent (1 for an empty response once sent)
+  ChunkedResponse deferred_;      // response_'s big tensors, until serialized into out_
+  std::vector<std::string> out_;  // the serialized response, in chunks; each moved out when sent
+  size_t total_out_ = 0;          // bytes in out_
+  size_t next_ = 0;               // the chunk of out_ to write next
 };
 
 GradService::GradService(ServerOptions options)
@@ -277,9 +301,14 @@ void GradService::Execute(Job job) {
 
 absl::Status GradService::Run(const Job& job) {
   if (options_.before_run_for_testing) options_.before_run_for_testing(*job.request, *job.cancel);
-  absl::Status status =
-      RunGradRequest(*job.request, options_.limits, job.cancel, job.received, job.response);
-  const int64_t bytes_out = status.ok() ? static_cast<int64_t>(job.response->ByteSizeLong()) : 0;
+  absl::Status status = RunGradRequest(*job.request, options_.limits, job.cancel, job.received,
+                                       job.response, job.chunked, job.deferred);
+  int64_t bytes_out = 0;
+  if (status.ok()) {
+    bytes_out =
+        static_cast<int64_t>(job.deferred != nullptr ? job.deferred->SerializedSize(*job.response)
+                                                     : job.response->ByteSizeLong());
+  }
   Release(job.request->request_id(), job.rpc, status, job.received, job.response->num_nodes(),
           job.request_bytes, bytes_out);
   return status;

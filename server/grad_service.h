@@ -30,6 +30,7 @@
 #include "engine/autograd/cancellation.h"
 #include "engine/util/mutex.h"
 #include "gradserve/v1/gradserve.grpc.pb.h"
+#include "server/chunked_request.h"
 #include "server/server_options.h"
 #include "server/unary_messages.h"
 #include "server/worker_pool.h"
@@ -76,6 +77,13 @@ class GradService final : public v1::GradService::CallbackService {
     const v1::GradRequest* request = nullptr;  // owned by the reactor or gRPC
     v1::GradResponse* response = nullptr;      // owned by the reactor or gRPC
     int64_t request_bytes = 0;
+    // A streamed request's chunks, which *request was parsed from and which hold its big
+    // tensors' bytes (Note [Tensor bytes left in the chunks]); owned by the reactor, cleared
+    // by the worker. Null for unary calls.
+    ChunkedRequest* chunked = nullptr;
+    // Where a streamed response's big tensors wait to be written into its chunks; owned by
+    // the reactor. Null for unary calls.
+    ChunkedResponse* deferred = nullptr;
     std::shared_ptr<autograd::CancellationToken> cancel;
     // Runs on the worker after the bookkeeping, with the request's status. Must be the last
     // use of anything the reactor owns.

@@ -21,13 +21,14 @@ absl::Status Prefixed(const absl::Status& s, absl::string_view prefix) {
 
 absl::Status Run(const v1::GradRequest& request, const graph::Limits& limits,
                  const std::shared_ptr<autograd::CancellationToken>& cancel, absl::Time admitted,
-                 v1::GradResponse* response) {
+                 v1::GradResponse* response, ChunkedRequest* chunked, ChunkedResponse* deferred) {
   const absl::Time picked = absl::Now();
   v1::Timings* timings = response->mutable_timings();
   timings->set_queue_us(Micros(picked - admitted));
   if (absl::Status s = cancel->Check(); !s.ok()) return s;
 
-  absl::StatusOr<EngineRequest> converted = FromProto(request, limits);
+  absl::StatusOr<EngineRequest> converted = FromProto(request, limits, chunked);
+  if (chunked != nullptr) chunked->Clear();
   if (!converted.ok()) return converted.status();
   absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> recorded =
       graph::RecordedGraph::Record(converted->graph, limits, cancel);
@@ -46,7 +47,7 @@ absl::Status Run(const v1::GradRequest& request, const graph::Limits& limits,
     }
     v1::NamedTensor* out = response->add_values();
     out->set_name(name);
-    ToProto(*value, out->mutable_value());
+    ToProto(*value, out->mutable_value(), deferred);
   }
   const absl::Time forward_done = absl::Now();
   timings->set_forward_us(Micros(forward_done - picked));
@@ -60,7 +61,7 @@ absl::Status Run(const v1::GradRequest& request, const graph::Limits& limits,
       grad->set_name(result->names[k]);
       grad->set_connected(k < result->connected.size() && result->connected[k]);
       if (k < result->grads.size() && result->grads[k].defined()) {
-        ToProto(result->grads[k], grad->mutable_value());
+        ToProto(result->grads[k], grad->mutable_value(), deferred);
       }
     }
   }
@@ -74,10 +75,11 @@ absl::Status Run(const v1::GradRequest& request, const graph::Limits& limits,
 
 absl::Status RunGradRequest(const v1::GradRequest& request, const graph::Limits& limits,
                             const std::shared_ptr<autograd::CancellationToken>& cancel,
-                            absl::Time admitted, v1::GradResponse* response) {
+                            absl::Time admitted, v1::GradResponse* response,
+                            ChunkedRequest* chunked, ChunkedResponse* deferred) {
   response->set_request_id(request.request_id());
   try {
-    return Run(request, limits, cancel, admitted, response);
+    return Run(request, limits, cancel, admitted, response, chunked, deferred);
   } catch (const StatusError& e) {
     return e.status();
   } catch (const std::bad_alloc&) {

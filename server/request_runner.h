@@ -11,6 +11,7 @@
 #include "engine/autograd/cancellation.h"
 #include "engine/graph/interpreter.h"
 #include "gradserve/v1/gradserve.pb.h"
+#include "server/chunked_request.h"
 
 namespace gradserve::server {
 
@@ -19,9 +20,14 @@ namespace gradserve::server {
 // server accepted the call, for the timings. On success fills *response (calls, values,
 // timings, num_nodes); on failure returns the status for the client (every code of DESIGN.md
 // section 5; never throws) and *response holds at least num_nodes when the graph was recorded.
+// For a streamed call (Note [Tensor bytes left in the chunks]): chunked, if not null, is the
+// request that request was parsed from (see FromProto); it is cleared once the engine's tensors
+// are made, which frees the chunks nothing adopted. deferred, if not null, takes the bytes of
+// big tensors of the response (see ToProto).
 absl::Status RunGradRequest(const v1::GradRequest& request, const graph::Limits& limits,
                             const std::shared_ptr<autograd::CancellationToken>& cancel,
-                            absl::Time admitted, v1::GradResponse* response);
+                            absl::Time admitted, v1::GradResponse* response,
+                            ChunkedRequest* chunked = nullptr, ChunkedResponse* deferred = nullptr);
 
 }  // namespace gradserve::server
 

@@ -28,6 +28,31 @@ struct TensorPlan {
   Device device = kCPU;
 };
 
+// The raw bytes of a tensor whose contents are `data`: inline in the message, or left in the
+// received chunks of a streamed request (Note [Tensor bytes left in the chunks]).
+class DataView {
+ public:
+  DataView(const v1::Tensor& t, const ChunkedRequest* chunked)
+      : inline_(t.data()), external_(chunked != nullptr ? chunked->Find(t) : nullptr) {}
+
+  size_t size() const { return external_ != nullptr ? external_->size : inline_.size(); }
+  const ChunkedRequest::Bytes* external() const { return external_; }
+
+  // Calls f(const char* data, size_t n) for each run of the bytes, in order.
+  template <typename F>
+  void ForEachPiece(F f) const {
+    if (external_ == nullptr) {
+      f(inline_.data(), inline_.size());
+      return;
+    }
+    for (const ChunkedRequest::Piece& piece : external_->pieces) f(piece.data(), piece.size);
+  }
+
+ private:
+  const std::string& inline_;
+  const ChunkedRequest::Bytes* const external_;
+};
+
 std::string DescribeOp(const v1::Op& op, int index) {
   return absl::StrCat(
       "op #", index, " '", op.op(), "'",
@@ -37,7 +62,7 @@ std::string DescribeOp(const v1::Op& op, int index) {
 // Checks everything about a wire tensor that can be checked before allocating it. `what` names
 // it in errors ("leaf 'x'").
 absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& limits,
-                                      const std::string& what) {
+                                      const ChunkedRequest* chunked, const std::string& what) {
   TensorPlan plan;
   std::optional<DType> dtype = FromProto(t.dtype());
   if (!dtype) {
@@ -68,7 +93,7 @@ absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& 
   const char* dtype_name = DTypeName(plan.dtype);
   switch (t.contents_case()) {
     case v1::Tensor::kData: {
-      const std::string& data = t.data();
+      const DataView data(t, chunked);
       if (static_cast<int64_t>(data.size()) != plan.nbytes) {
         return absl::InvalidArgumentError(
             absl::StrCat(what, ": data has ", data.size(), " bytes but ", dtype_name,
@@ -76,14 +101,19 @@ absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& 
                          " elements of ", ElementSize(plan.dtype), " bytes)"));
       }
       if (plan.dtype == DType::kBool) {
-        for (size_t i = 0; i < data.size(); ++i) {
-          const auto byte = static_cast<unsigned char>(data[i]);
-          if (byte > 1) {
-            return absl::InvalidArgumentError(absl::StrCat(what, ": byte ", i, " of bool data is ",
-                                                           static_cast<int>(byte),
-                                                           "; bools are 0 or 1"));
+        size_t i = 0;
+        std::optional<absl::Status> bad;
+        data.ForEachPiece([&](const char* p, size_t n) {
+          for (size_t k = 0; k < n && !bad; ++k, ++i) {
+            const auto byte = static_cast<unsigned char>(p[k]);
+            if (byte > 1) {
+              bad = absl::InvalidArgumentError(absl::StrCat(what, ": byte ", i, " of bool data is ",
+                                                            static_cast<int>(byte),
+                                                            "; bools are 0 or 1"));
+            }
           }
-        }
+        });
+        if (bad) return *bad;
       }
       break;
     }
@@ -137,12 +167,24 @@ absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& 
   return plan;
 }
 
-// Allocates and fills the tensor a plan (from PlanTensor on t) describes. Throws StatusError
-// when out of memory or when the device copy fails.
-Tensor MakeTensor(const v1::Tensor& t, const TensorPlan& plan) {
+// Allocates and fills the tensor a plan (from PlanTensor on t) describes. Bytes left in one
+// received chunk are adopted there (Note [Adopted storage]); others are copied. Throws
+// StatusError when out of memory or when the device copy fails.
+Tensor MakeTensor(const v1::Tensor& t, const TensorPlan& plan, const ChunkedRequest* chunked) {
+  const DataView data(t, chunked);
+  if (t.contents_case() == v1::Tensor::kData && data.external() != nullptr &&
+      data.external()->pieces.size() == 1) {
+    const ChunkedRequest::Piece& piece = data.external()->pieces.front();
+    Tensor host = Tensor::FromExternal(plan.shape, plan.dtype, piece.data(), piece.chunk);
+    return plan.device == kCPU ? host : host.To(plan.device);
+  }
   Tensor host = Tensor::Empty(plan.shape, plan.dtype, kCPU);
   if (t.contents_case() == v1::Tensor::kData) {
-    if (plan.nbytes > 0) std::memcpy(host.raw_data(), t.data().data(), plan.nbytes);
+    char* out = static_cast<char*>(host.raw_data());
+    data.ForEachPiece([&](const char* p, size_t n) {
+      if (n > 0) std::memcpy(out, p, n);
+      out += n;
+    });
   } else if (t.contents_case() == v1::Tensor::kValues) {
     const v1::TensorValues& v = t.values();
     DispatchDType(plan.dtype, [&](auto tag) {
@@ -165,7 +207,8 @@ Tensor MakeTensor(const v1::Tensor& t, const TensorPlan& plan) {
 // Pass one of Note [Validate before allocating]: counts and tensor plans, no allocation.
 class Census {
  public:
-  explicit Census(const graph::Limits& limits) : limits_(limits) {}
+  Census(const graph::Limits& limits, const ChunkedRequest* chunked)
+      : limits_(limits), chunked_(chunked) {}
 
   absl::Status CountGraph(const v1::Graph& g, int64_t depth, const std::string& scope) {
     if (depth > limits_.max_nesting) {
@@ -204,7 +247,7 @@ class Census {
   }
 
   absl::Status CountTensor(const v1::Tensor& t, const std::string& what) {
-    absl::StatusOr<TensorPlan> plan = PlanTensor(t, limits_, what);
+    absl::StatusOr<TensorPlan> plan = PlanTensor(t, limits_, chunked_, what);
     if (!plan.ok()) return plan.status();
     if (__builtin_add_overflow(bytes_, plan->nbytes, &bytes_) ||
         bytes_ > limits_.max_memory_bytes) {
@@ -217,6 +260,7 @@ class Census {
 
  private:
   const graph::Limits& limits_;
+  const ChunkedRequest* const chunked_;
   int64_t leaves_ = 0;
   int64_t ops_ = 0;
   int64_t bytes_ = 0;
@@ -255,17 +299,17 @@ absl::StatusOr<ops::AttrValue> FromProto(const v1::AttrValue& v, const std::stri
 // Pass two: allocation. Only called once the census passed. Throws StatusError when an
 // allocation fails.
 absl::StatusOr<graph::Graph> BuildGraph(const v1::Graph& g, const graph::Limits& limits,
-                                        const std::string& scope) {
+                                        const ChunkedRequest* chunked, const std::string& scope) {
   graph::Graph out;
   out.inputs.assign(g.inputs().begin(), g.inputs().end());
   out.outputs.assign(g.outputs().begin(), g.outputs().end());
   out.leaves.reserve(g.leaves_size());
   for (const v1::Leaf& leaf : g.leaves()) {
     absl::StatusOr<TensorPlan> plan =
-        PlanTensor(leaf.value(), limits, absl::StrCat(scope, "leaf '", leaf.name(), "'"));
+        PlanTensor(leaf.value(), limits, chunked, absl::StrCat(scope, "leaf '", leaf.name(), "'"));
     if (!plan.ok()) return plan.status();
     out.leaves.push_back(
-        graph::Leaf{leaf.name(), MakeTensor(leaf.value(), *plan), leaf.requires_grad()});
+        graph::Leaf{leaf.name(), MakeTensor(leaf.value(), *plan, chunked), leaf.requires_grad()});
   }
   out.ops.reserve(g.ops_size());
   for (int i = 0; i < g.ops_size(); ++i) {
@@ -282,8 +326,9 @@ absl::StatusOr<graph::Graph> BuildGraph(const v1::Graph& g, const graph::Limits&
       dst.attrs.set(name, *std::move(attr));
     }
     if (op.has_body()) {
-      absl::StatusOr<graph::Graph> body = BuildGraph(
-          op.body(), limits, absl::StrCat(scope, "in the body of ", DescribeOp(op, i), ": "));
+      absl::StatusOr<graph::Graph> body =
+          BuildGraph(op.body(), limits, chunked,
+                     absl::StrCat(scope, "in the body of ", DescribeOp(op, i), ": "));
       if (!body.ok()) return body.status();
       dst.body = std::make_shared<const graph::Graph>(*std::move(body));
     }
@@ -292,7 +337,8 @@ absl::StatusOr<graph::Graph> BuildGraph(const v1::Graph& g, const graph::Limits&
 }
 
 absl::StatusOr<graph::BackwardCall> BuildCall(const v1::BackwardCall& call, int index,
-                                              const graph::Limits& limits) {
+                                              const graph::Limits& limits,
+                                              const ChunkedRequest* chunked) {
   graph::BackwardCall out;
   out.roots.assign(call.roots().begin(), call.roots().end());
   out.inputs.assign(call.inputs().begin(), call.inputs().end());
@@ -308,9 +354,9 @@ absl::StatusOr<graph::BackwardCall> BuildCall(const v1::BackwardCall& call, int 
     auto it = call.seeds().find(out.roots[r]);
     if (it == call.seeds().end()) continue;
     const std::string what = DescribeSeed(index, out.roots[r]);
-    absl::StatusOr<TensorPlan> plan = PlanTensor(it->second, limits, what);
+    absl::StatusOr<TensorPlan> plan = PlanTensor(it->second, limits, chunked, what);
     if (!plan.ok()) return plan.status();
-    out.seeds[r] = MakeTensor(it->second, *plan);
+    out.seeds[r] = MakeTensor(it->second, *plan, chunked);
   }
   return out;
 }
@@ -346,15 +392,15 @@ v1::DType ToProto(DType dtype) {
   return v1::DTYPE_UNSPECIFIED;
 }
 
-absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request,
-                                        const graph::Limits& limits) {
+absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const graph::Limits& limits,
+                                        const ChunkedRequest* chunked) {
   // Pass one: nothing is allocated until the whole request is known to fit.
   if (request.calls_size() > limits.max_backward_calls) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the request has ", request.calls_size(), " backward calls, over the limit of ",
         limits.max_backward_calls, " (--max_backward_calls)"));
   }
-  Census census(limits);
+  Census census(limits, chunked);
   if (absl::Status s = census.CountGraph(request.graph(), 0, ""); !s.ok()) return s;
   for (int c = 0; c < request.calls_size(); ++c) {
     const v1::BackwardCall& call = request.calls(c);
@@ -371,12 +417,12 @@ absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request,
   // Pass two.
   try {
     EngineRequest out;
-    absl::StatusOr<graph::Graph> g = BuildGraph(request.graph(), limits, "");
+    absl::StatusOr<graph::Graph> g = BuildGraph(request.graph(), limits, chunked, "");
     if (!g.ok()) return g.status();
     out.graph = *std::move(g);
     out.calls.reserve(request.calls_size());
     for (int c = 0; c < request.calls_size(); ++c) {
-      absl::StatusOr<graph::BackwardCall> call = BuildCall(request.calls(c), c, limits);
+      absl::StatusOr<graph::BackwardCall> call = BuildCall(request.calls(c), c, limits, chunked);
       if (!call.ok()) return call.status();
       out.calls.push_back(*std::move(call));
     }
@@ -386,12 +432,16 @@ absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request,
   }
 }
 
-void ToProto(const Tensor& tensor, v1::Tensor* out) {
+void ToProto(const Tensor& tensor, v1::Tensor* out, ChunkedResponse* deferred) {
   if (!tensor.defined()) return;
   out->set_dtype(ToProto(tensor.dtype()));
   out->mutable_shape()->Assign(tensor.shape().begin(), tensor.shape().end());
   out->set_device(DeviceName(tensor.device()));
   Tensor host = (tensor.device().is_cpu() ? tensor : tensor.To(kCPU)).contiguous();
+  if (deferred != nullptr && ChunkedResponse::Defers(host.nbytes())) {
+    deferred->Defer(std::move(host), out);
+    return;
+  }
   out->mutable_data()->assign(static_cast<const char*>(host.raw_data()), host.nbytes());
 }
 

@@ -21,6 +21,7 @@
 #include "engine/graph/interpreter.h"
 #include "engine/tensor/tensor.h"
 #include "gradserve/v1/gradserve.pb.h"
+#include "server/chunked_request.h"
 
 namespace gradserve::server {
 
@@ -31,14 +32,18 @@ struct EngineRequest {
 };
 
 // Checks the request against limits (Note [Validate before allocating]), then builds the graph
-// and calls. Errors: INVALID_ARGUMENT for malformed content, RESOURCE_EXHAUSTED past a limit;
+// and calls. chunked, if not null, is the streamed request that request was parsed from, which
+// holds the bytes of its big tensors (Note [Tensor bytes left in the chunks]); tensors may
+// adopt them. Errors: INVALID_ARGUMENT for malformed content, RESOURCE_EXHAUSTED past a limit;
 // each message names the leaf, op, call or seed and the field involved.
-absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request,
-                                        const graph::Limits& limits);
+absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const graph::Limits& limits,
+                                        const ChunkedRequest* chunked = nullptr);
 
 // Copies a tensor (any device, any layout) into a wire tensor with raw bytes. An undefined
-// tensor leaves out untouched. Throws StatusError if the device copy fails.
-void ToProto(const Tensor& tensor, v1::Tensor* out);
+// tensor leaves out untouched. With deferred (a streamed response), the bytes of a big tensor
+// are not copied into out but left to deferred, which writes them into the outgoing chunks
+// (Note [Tensor bytes left in the chunks]). Throws StatusError if the device copy fails.
+void ToProto(const Tensor& tensor, v1::Tensor* out, ChunkedResponse* deferred = nullptr);
 
 // Conversions between the two dtype enums; FromProto's is nullopt for values outside
 // float32, float64, int64 and bool.

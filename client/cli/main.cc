@@ -9,6 +9,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "client/cli/command.h"
+#include "proto/chunking.h"
 
 namespace gradserve::cli {
 
@@ -78,4 +79,7 @@ int Run(int argc, char** argv) {
 }  // namespace
 }  // namespace gradserve::cli
 
-int main(int argc, char** argv) { return gradserve::cli::Run(argc, argv); }
+int main(int argc, char** argv) {
+  gradserve::chunking::TuneMallocForLargeStreams();  // Note [Malloc for big streams]
+  return gradserve::cli::Run(argc, argv);
+}

@@ -11,8 +11,18 @@
 
 namespace gradserve {
 
-// Owns nbytes from an Allocator and gives them back when the last reference goes. The bytes are
-// charged to the MemoryBudget current on the constructing thread (Note [Memory budget]).
+// Owns nbytes from an Allocator and gives them back when the last reference goes, or wraps
+// memory that something else owns (Note [Adopted storage]). Either way the bytes are charged to
+// the MemoryBudget current on the constructing thread (Note [Memory budget]).
+//
+// Note [Adopted storage]
+// A Storage may wrap host memory it did not allocate, such as the bytes of a received message,
+// so that a tensor can use them where they lie instead of copying them. The Storage holds a
+// shared reference to the memory's owner (any object, type-erased) and drops it when the last
+// tensor goes; it never frees the bytes itself. The wrapped bytes are charged to the current
+// budget exactly as an allocation of the same size would be, so adopting is no way around a
+// request's memory limit. Tensor::FromExternal checks alignment and copies when the bytes are
+// misaligned for their dtype.
 //
 // Note [Small storage inline]
 // A backward pass over small tensors creates one or two per Node, and each used to cost three
@@ -26,6 +36,9 @@ class Storage {
  public:
   // Throws StatusError(RESOURCE_EXHAUSTED) when the budget or the device is out of memory.
   Storage(size_t nbytes, Allocator* allocator);
+  // Wraps nbytes at data on device, kept alive by owner (Note [Adopted storage]). Throws
+  // StatusError(RESOURCE_EXHAUSTED) when the budget is out of memory; owner is then released.
+  Storage(void* data, size_t nbytes, Device device, std::shared_ptr<const void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -33,17 +46,20 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  // Whether the bytes belong to another owner (Note [Adopted storage]).
+  bool adopted() const { return allocator_ == nullptr; }
 
   static constexpr size_t kInlineBytes = 64;
 
  private:
   bool is_inline() const { return data_ == inline_; }
 
-  Allocator* const allocator_;
-  const Device device_;  // allocator_->device(), kept to spare a virtual call per use
+  Allocator* const allocator_;  // null for adopted memory
+  const Device device_;         // allocator_->device(), kept to spare a virtual call per use
   const size_t nbytes_;
   std::shared_ptr<MemoryBudget> budget_;
   void* data_ = nullptr;
+  std::shared_ptr<const void> owner_;  // adopted memory's owner; null otherwise
   // The bytes of a small host storage (Note [Small storage inline]).
   alignas(16) unsigned char inline_[kInlineBytes];
 };

@@ -1,5 +1,8 @@
 #include "engine/tensor/tensor.h"
 
+#include <cstdint>
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "engine/autograd/autograd_meta.h"
 #include "engine/autograd/node.h"
@@ -27,6 +30,21 @@ Tensor Tensor::Empty(absl::Span<const int64_t> shape, DType dtype, Device device
         absl::StrCat("shape ", ShapeToString(shape), " needs more bytes than memory can hold")));
   }
   auto storage = std::make_shared<Storage>(nbytes, DeviceRegistry::Get().allocator(device));
+  return Tensor(std::make_shared<TensorImpl>(std::move(storage), 0,
+                                             Shape(shape.begin(), shape.end()),
+                                             ContiguousStrides(shape), dtype, numel));
+}
+
+Tensor Tensor::FromExternal(absl::Span<const int64_t> shape, DType dtype, void* data,
+                            std::shared_ptr<const void> owner) {
+  if (reinterpret_cast<uintptr_t>(data) % ElementSize(dtype) != 0) {
+    Tensor copy = Empty(shape, dtype, kCPU);
+    if (copy.nbytes() > 0) std::memcpy(copy.raw_data(), data, copy.nbytes());
+    return copy;
+  }
+  const int64_t numel = ValueOrThrow(CheckedNumel(shape));
+  const size_t nbytes = static_cast<size_t>(numel) * ElementSize(dtype);
+  auto storage = std::make_shared<Storage>(data, nbytes, kCPU, std::move(owner));
   return Tensor(std::make_shared<TensorImpl>(std::move(storage), 0,
                                              Shape(shape.begin(), shape.end()),
                                              ContiguousStrides(shape), dtype, numel));

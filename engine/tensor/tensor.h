@@ -64,6 +64,11 @@ class Tensor {
   // Copies values (on the CPU) into a tensor of the given shape; sizes must agree.
   template <typename T>
   static Tensor FromVector(const std::vector<T>& values, absl::Span<const int64_t> shape);
+  // A contiguous CPU tensor over the writable bytes at data (numel times the element size of
+  // them), which owner keeps alive: no copy (Note [Adopted storage]). If data is not aligned to the
+  // dtype's element size, the bytes are copied into a new tensor instead and owner is not kept.
+  static Tensor FromExternal(absl::Span<const int64_t> shape, DType dtype, void* data,
+                             std::shared_ptr<const void> owner);
   // Empty/Zeros with this tensor's shape, dtype and device.
   Tensor EmptyLike() const { return Empty(shape(), dtype(), device()); }
   Tensor ZerosLike() const { return Zeros(shape(), dtype(), device()); }

@@ -66,7 +66,9 @@ TEST(ShutdownTest, SigtermUnderLoadLosesNoAcceptedCall) {
     absl::SleepFor(absl::Milliseconds(2));
     health = client->CheckHealth();
   }
-  if (health.ok()) EXPECT_EQ(*health, "NOT_SERVING");
+  if (health.ok()) {
+    EXPECT_EQ(*health, "NOT_SERVING");
+  }
 
   for (std::thread& t : clients) t.join();
   EXPECT_EQ(process.WaitForExit(absl::Seconds(60)), 0) << process.Log();

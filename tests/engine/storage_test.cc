@@ -1,0 +1,93 @@
+// Storage over adopted memory (Note [Adopted storage]) and the big-block cache of the host
+// allocator (Note [Big host blocks]).
+
+#include "engine/tensor/storage.h"
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/tensor/memory_budget.h"
+#include "engine/tensor/status_error.h"
+#include "engine/tensor/tensor.h"
+#include "gtest/gtest.h"
+
+namespace gradserve {
+namespace {
+
+std::shared_ptr<std::string> Bytes(const std::vector<float>& values, size_t offset = 0) {
+  auto s = std::make_shared<std::string>(offset + values.size() * sizeof(float), '\0');
+  std::memcpy(s->data() + offset, values.data(), values.size() * sizeof(float));
+  return s;
+}
+
+TEST(AdoptedStorageTest, TensorUsesTheBytesInPlaceAndKeepsTheirOwnerAlive) {
+  std::shared_ptr<std::string> owner = Bytes({1, 2, 3, 4});
+  std::weak_ptr<std::string> watch = owner;
+  char* data = owner->data();
+  Tensor t = Tensor::FromExternal({2, 2}, DType::kFloat32, data, std::move(owner));
+  EXPECT_TRUE(t.storage()->adopted());
+  EXPECT_EQ(t.raw_data(), data);
+  EXPECT_EQ(t.data<float>()[3], 4);
+  EXPECT_FALSE(watch.expired());
+  Tensor view = t.detach();
+  t = Tensor();
+  EXPECT_FALSE(watch.expired());  // the view still holds the storage
+  view = Tensor();
+  EXPECT_TRUE(watch.expired());
+}
+
+TEST(AdoptedStorageTest, MisalignedBytesAreCopied) {
+  std::shared_ptr<std::string> owner = Bytes({5, 6, 7}, /*offset=*/1);
+  std::weak_ptr<std::string> watch = owner;
+  char* data = owner->data() + 1;  // odd address: not aligned for float
+  Tensor t = Tensor::FromExternal({3}, DType::kFloat32, data, std::move(owner));
+  EXPECT_FALSE(t.storage()->adopted());
+  EXPECT_NE(t.raw_data(), data);
+  EXPECT_EQ(t.data<float>()[0], 5);
+  EXPECT_EQ(t.data<float>()[2], 7);
+  EXPECT_TRUE(watch.expired());  // the copy does not keep the owner
+}
+
+TEST(AdoptedStorageTest, AdoptedBytesAreChargedToTheBudget) {
+  auto budget = std::make_shared<MemoryBudget>(/*limit_bytes=*/20);
+  MemoryBudgetScope scope(budget);
+  std::shared_ptr<std::string> owner = Bytes({1, 2, 3, 4});
+  {
+    Tensor t = Tensor::FromExternal({4}, DType::kFloat32, owner->data(), owner);
+    EXPECT_EQ(budget->used(), 16);
+  }
+  EXPECT_EQ(budget->used(), 0);
+  std::shared_ptr<std::string> big = Bytes(std::vector<float>(8));
+  std::weak_ptr<std::string> watch = big;
+  char* data = big->data();
+  try {
+    Tensor::FromExternal({8}, DType::kFloat32, data, std::move(big));
+    ADD_FAILURE() << "32 bytes over a 20-byte budget were adopted";
+  } catch (const StatusError& e) {
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kResourceExhausted);
+  }
+  EXPECT_EQ(budget->used(), 0);
+  EXPECT_TRUE(watch.expired());  // a refused adoption lets go of the owner
+}
+
+TEST(BigBlockTest, FreedBigBlocksAreReusedAndAligned) {
+  constexpr int64_t kElements = int64_t{3} << 20;  // 12 MiB of float32
+  void* first = nullptr;
+  {
+    Tensor t = Tensor::Empty({kElements}, DType::kFloat32);
+    first = t.raw_data();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % 64, 0u);
+    t.data<float>()[kElements - 1] = 1;  // the whole block is usable
+  }
+  Tensor again = Tensor::Empty({kElements}, DType::kFloat32);
+  EXPECT_EQ(again.raw_data(), first);
+  Tensor other = Tensor::Zeros({kElements}, DType::kFloat32);  // a new block, zeroed by Zeros
+  EXPECT_NE(other.raw_data(), first);
+  EXPECT_EQ(other.data<float>()[kElements - 1], 0);
+}
+
+}  // namespace
+}  // namespace gradserve
