@@ -27,6 +27,7 @@
 #include "engine/ops/elementwise.h"
 #include "engine/ops/linalg.h"
 #include "engine/ops/reductions.h"
+#include "engine/tensor/host_malloc.h"
 #include "engine/tensor/memory_budget.h"
 #include "engine/tensor/tensor.h"
 
@@ -180,6 +181,7 @@ void Memory(const std::string& scenario, int threads) {
 }
 
 int Main() {
+  TuneHostMalloc();  // as the server does (Note [Malloc tuning])
   const int threads = absl::GetFlag(FLAGS_threads);
   openblas_set_num_threads(threads);
   const std::string which = absl::GetFlag(FLAGS_scenario);

@@ -1,6 +1,5 @@
 #include "proto/chunking.h"
 
-#include <malloc.h>
 
 #include <algorithm>
 #include <limits>
@@ -112,12 +111,6 @@ void BufferPool::Give(std::string s) {
   if (bytes_ + capacity > kPoolBytes) return;
   bytes_ += capacity;
   free_.push_back(std::move(s));
-}
-
-void TuneMallocForLargeStreams() {
-  // Advice only: a libc without these options keeps its defaults.
-  mallopt(M_MMAP_THRESHOLD, kMallocMmapThreshold);
-  mallopt(M_TRIM_THRESHOLD, kMallocTrimThreshold);
 }
 
 }  // namespace gradserve::chunking

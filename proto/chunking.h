@@ -82,12 +82,12 @@ bool ParseFromChunks(const std::vector<std::string>& chunks,
                      google::protobuf::MessageLite* message);
 
 // Note [Chunk buffer pool]
-// Even with malloc tuned (Note [Malloc for big streams]), glibc unmaps a thread arena's whole
-// 64 MiB heaps once they are free, so the chunk strings of one big call (allocated on one
-// thread, freed on another) were faulted in afresh by the next. The server keeps their buffers
-// instead: a freed chunk string goes to a process-wide pool, bounded to kPoolBytes of capacity
-// in all, and the next read or serialized chunk takes a buffer from it; a received chunk much
-// smaller than its buffer is copied out, so no small chunk pins a big buffer.
+// Even with malloc tuned (Note [Malloc tuning] in engine/tensor/host_malloc.h), glibc unmaps a
+// thread arena's whole 64 MiB heaps once they are free, so the chunk strings of one big call
+// (allocated on one thread, freed on another) were faulted in afresh by the next. The server keeps
+// their buffers instead: a freed chunk string goes to a process-wide pool, bounded to kPoolBytes of
+// capacity in all, and the next read or serialized chunk takes a buffer from it; a received chunk
+// much smaller than its buffer is copied out, so no small chunk pins a big buffer.
 //
 // Thread safety: all methods may be called from any thread at once.
 class BufferPool {
@@ -110,22 +110,6 @@ class BufferPool {
   std::vector<std::string> free_ ABSL_GUARDED_BY(mutex_);
   size_t bytes_ ABSL_GUARDED_BY(mutex_) = 0;  // capacity in free_
 };
-
-// Note [Malloc for big streams]
-// A big streamed call moves its bytes through many buffers of a few MiB: gRPC's read and write
-// slices, the chunks' strings. glibc's malloc serves blocks over its mmap threshold (128 KiB
-// at start, raised as such blocks are freed) with fresh mappings, and gives the top of its
-// heap back to the kernel once more than its trim threshold is free, so each call faults its
-// buffers in again, 4 KiB at a time: on the benchmark machine that was a third of both the
-// server's and the client's time. TuneMallocForLargeStreams fixes the mmap threshold at
-// kMallocMmapThreshold (blocks below it come from the heap and are reused) and lets each
-// malloc arena keep up to kMallocTrimThreshold of free memory for reuse instead of trimming
-// it. Cost: an idle process may hold that much free memory per arena it used. Blocks at or
-// above kMallocMmapThreshold are still mapped and unmapped (engine tensors that big have their
-// own cache, Note [Big host blocks]). Call it once, at the start of main, before any threads.
-inline constexpr int kMallocMmapThreshold = 32 << 20;
-inline constexpr int kMallocTrimThreshold = 256 << 20;
-void TuneMallocForLargeStreams();
 
 }  // namespace gradserve::chunking
 

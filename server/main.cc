@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "engine/device/device_registry.h"
-#include "proto/chunking.h"
+#include "engine/tensor/host_malloc.h"
 #include "server/grad_server.h"
 #include "server/log.h"
 #include "server/server_info.h"
@@ -136,7 +136,7 @@ int Main() {
 }  // namespace gradserve::server
 
 int main(int argc, char** argv) {
-  gradserve::chunking::TuneMallocForLargeStreams();
+  gradserve::TuneHostMalloc();  // Note [Malloc tuning]
   absl::SetProgramUsageMessage(
       "Computes gradients for gRPC clients (service gradserve.v1.GradService, plus "
       "grpc.health.v1 and server reflection).\n"

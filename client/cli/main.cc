@@ -9,7 +9,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "client/cli/command.h"
-#include "proto/chunking.h"
+#include "engine/tensor/host_malloc.h"
 
 namespace gradserve::cli {
 
@@ -80,6 +80,6 @@ int Run(int argc, char** argv) {
 }  // namespace gradserve::cli
 
 int main(int argc, char** argv) {
-  gradserve::chunking::TuneMallocForLargeStreams();  // Note [Malloc for big streams]
+  gradserve::TuneHostMalloc();  // Note [Malloc tuning]
   return gradserve::cli::Run(argc, argv);
 }
