@@ -1,7 +1,8 @@
 // echo_server: the bare gRPC baseline of bench/run. One unary method, gradserve.bench.Echo/Echo,
 // answers with the bytes it received, on gRPC's callback API (as gradserve-server uses), with
-// no message size limit. Prints "listening on HOST:PORT" on stdout once it serves; stops on
-// SIGTERM or SIGINT.
+// no message size limit, and with malloc tuned as gradserve-server's (Note [Malloc tuning]), so
+// that the two differ in what they do with the bytes only. Prints "listening on HOST:PORT" on
+// stdout once it serves; stops on SIGTERM or SIGINT.
 //
 // Usage: echo_server [--listen=127.0.0.1:0]
 
@@ -13,6 +14,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "bench/echo.grpc.pb.h"
+#include "engine/tensor/host_malloc.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -66,6 +68,7 @@ int Main() {
 }  // namespace gradserve::bench
 
 int main(int argc, char** argv) {
+  gradserve::TuneHostMalloc();
   absl::ParseCommandLine(argc, argv);
   return gradserve::bench::Main();
 }
