@@ -50,6 +50,15 @@ struct OrderGraph {
     }));
     return values.back();
   }
+
+  // "d", fed by values[a] and values[b], handing its gradient to both.
+  Tensor Join(int a, int b) {
+    return Record(values[a].Clone(), {values[a], values[b]}, "d",
+                  [order = order](TensorList&& grads) {
+                    order->push_back("d");
+                    return TensorList{grads[0], grads[0]};
+                  });
+  }
 };
 
 TEST(HandoffTest, OneReadyNodeAfterAnotherKeepsTheQueueOrder) {
@@ -59,11 +68,7 @@ TEST(HandoffTest, OneReadyNodeAfterAnotherKeepsTheQueueOrder) {
   g.Then("a", -1);
   g.Then("b", 0);
   g.Then("c", 0);
-  Tensor d = Record(g.values[1].Clone(), {g.values[1], g.values[2]}, "d",
-                    [order = g.order](TensorList&& grads) {
-                      order->push_back("d");
-                      return TensorList{grads[0], grads[0]};
-                    });
+  Tensor d = g.Join(1, 2);
   ASSERT_TRUE(autograd::Backward({d}, {Tensor::Full({1}, 1.0, DType::kFloat64)}, {}, {}).ok());
   EXPECT_THAT(*g.order, ElementsAre("d", "c", "b", "a"));
   EXPECT_THAT(Values(g.x.grad()), ElementsAre(2.0));
@@ -76,11 +81,7 @@ TEST(HandoffTest, AQueuedNewerNodeRunsBeforeTheOneJustMadeReady) {
   g.Then("a", -1);
   g.Then("b", 0);
   g.Then("c", -1);
-  Tensor d = Record(g.values[1].Clone(), {g.values[1], g.values[2]}, "d",
-                    [order = g.order](TensorList&& grads) {
-                      order->push_back("d");
-                      return TensorList{grads[0], grads[0]};
-                    });
+  Tensor d = g.Join(1, 2);
   ASSERT_TRUE(autograd::Backward({d}, {Tensor::Full({1}, 1.0, DType::kFloat64)}, {}, {}).ok());
   EXPECT_THAT(*g.order, ElementsAre("d", "c", "b", "a"));
 }

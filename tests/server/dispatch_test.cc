@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "client/load/scenarios.h"
 #include "gtest/gtest.h"
 #include "tests/server/test_util.h"
 
@@ -29,24 +30,7 @@ bool RunsInline(const v1::GradRequest& r, int64_t max_inline_cost) {
 }
 
 // The load tester's grad_tiny: a 10-op graph of [8]-sized tensors.
-v1::GradRequest TinyRequest() {
-  const std::vector<float> v = {0.1f, -0.2f, 0.3f, -0.4f, 0.5f, -0.6f, 0.7f, -0.8f};
-  RequestBuilder b;
-  b.Leaf("x", HostTensor::Float32(v, {8}), true)
-      .Leaf("w", HostTensor::Float32(v, {8}))
-      .Op("mul", {"x", "w"}, {"a"})
-      .Op("tanh", {"a"}, {"b"})
-      .Op("add", {"b", "x"}, {"c"})
-      .Op("sin", {"c"}, {"d"})
-      .Op("mul", {"d", "w"}, {"e"})
-      .Op("sigmoid", {"e"}, {"f"})
-      .Op("sub", {"f", "x"}, {"g"})
-      .Op("exp", {"g"}, {"h"})
-      .Op("relu", {"h"}, {"i"})
-      .Op("sum", {"i"}, {"loss"});
-  b.Grad({"loss"}, {"x"});
-  return b.request();
-}
+v1::GradRequest TinyRequest() { return load::GradTinyRequest(); }
 
 // loss = sum(x * y) for float32 leaves of the given shapes.
 v1::GradRequest ProductRequest(const std::vector<int64_t>& x_shape,
