@@ -9,6 +9,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "engine/device/device_registry.h"
@@ -143,6 +145,14 @@ int main(int argc, char** argv) {
       "Usage: gradserve-server [--listen=127.0.0.1:50051] [--flags...]\n"
       "Stops on SIGTERM or SIGINT: health turns NOT_SERVING, new calls get UNAVAILABLE, calls "
       "in flight finish within --grace_period, then it exits 0.");
+  // --help lists this file's flags: absl's default looks for a file named after the program,
+  // and would list none.
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view path) {
+    return absl::EndsWith(path, "server/main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
   return gradserve::server::Main();
 }

@@ -49,6 +49,15 @@ TEST(ServerFlagsTest, BadFlagValuesStopTheBinaryWithAMessage) {
   }
 }
 
+TEST(ServerFlagsTest, HelpListsTheServersFlags) {
+  ServerProcess process({"--help"});
+  EXPECT_EQ(process.WaitForExit(absl::Seconds(20)), 1);  // absl's exit code for --help
+  for (const char* flag :
+       {"--listen", "--max_in_flight", "--log_requests", "--max_inline_cost", "--grace_period"}) {
+    EXPECT_TRUE(absl::StrContains(process.Log(), flag)) << flag << "\n" << process.Log();
+  }
+}
+
 // Sends one good and one bad request to a server started with flags; returns its log.
 std::string LogOfOneGoodAndOneBadRequest(std::vector<std::string> flags) {
   ServerProcess process(std::move(flags));

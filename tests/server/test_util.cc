@@ -66,6 +66,7 @@ ServerProcess::ServerProcess(std::vector<std::string> flags) {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 2, log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
                                    0644);
+  posix_spawn_file_actions_adddup2(&actions, 2, 1);  // stdout too (--help prints there)
   if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), environ) != 0) pid_ = -1;
   posix_spawn_file_actions_destroy(&actions);
 }

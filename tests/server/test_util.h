@@ -50,7 +50,7 @@ class ServerProcess {
 
   // The port from the "listening on" log line, or 0 if it does not come within timeout.
   int WaitForPort(absl::Duration timeout);
-  // Its stderr so far.
+  // Its stderr and stdout so far.
   std::string Log() const;
   void Signal(int sig);
   // The exit status, or -1 if it does not exit within timeout.
