@@ -11,6 +11,7 @@
 #include "engine/ops/reductions.h"
 #include "gtest/gtest.h"
 #include "tests/engine/gradcheck.h"
+#include "tests/engine/op_test_util.h"
 
 namespace gradserve::ops {
 namespace {
@@ -18,6 +19,10 @@ namespace {
 using ::gradserve::testing::GradCheck;
 using ::gradserve::testing::GradGradCheck;
 using ::gradserve::testing::RandomInput;
+using ::gradserve::testing::op_test::ExpectInvalid;
+using ::gradserve::testing::op_test::ExpectNear;
+using ::gradserve::testing::op_test::F64;
+using ::gradserve::testing::op_test::Values;
 
 // The shapes every unary op is checked on: 0-d, size-1, plain, zero-size and size-1 dims.
 const std::vector<Shape> kUnaryShapes = {{}, {1}, {3}, {2, 3}, {0}, {2, 0}, {2, 1, 3}};
@@ -26,39 +31,6 @@ const std::vector<Shape> kUnaryShapes = {{}, {1}, {3}, {2, 3}, {0}, {2, 0}, {2, 
 const std::vector<std::pair<Shape, Shape>> kBinaryShapes = {
     {{2, 3}, {2, 3}}, {{2, 3}, {3}}, {{2, 1}, {1, 3}}, {{}, {2, 3}},     {{3}, {}},
     {{}, {}},         {{0, 3}, {3}}, {{1}, {2, 1, 3}}, {{2, 0}, {1, 1}}, {{1, 1}, {2, 2}}};
-
-std::vector<double> Values(const Tensor& t) {
-  return ::gradserve::testing::gradcheck_internal::Values(t);
-}
-
-void ExpectNear(const Tensor& t, const std::vector<double>& expected, double tol = 1e-12) {
-  const std::vector<double> got = Values(t);
-  ASSERT_EQ(got.size(), expected.size()) << t.DebugString();
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(expected[i])) {
-      EXPECT_TRUE(std::isnan(got[i])) << "element " << i;
-    } else {
-      EXPECT_NEAR(got[i], expected[i], tol * std::max(1.0, std::abs(expected[i])))
-          << "element " << i;
-    }
-  }
-}
-
-// Expects fn to throw INVALID_ARGUMENT whose message contains `part`.
-template <typename Fn>
-void ExpectInvalid(Fn&& fn, const std::string& part) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected INVALID_ARGUMENT containing '" << part << "'";
-  } catch (const StatusError& e) {
-    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << e.status();
-    EXPECT_NE(std::string(e.status().message()).find(part), std::string::npos) << e.status();
-  }
-}
-
-Tensor F64(const std::vector<double>& v, absl::Span<const int64_t> shape) {
-  return Tensor::FromVector<double>(v, shape);
-}
 
 // --- Unary ops ---
 

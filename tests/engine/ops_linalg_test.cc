@@ -8,6 +8,7 @@
 #include "engine/ops/op_registry.h"
 #include "gtest/gtest.h"
 #include "tests/engine/gradcheck.h"
+#include "tests/engine/op_test_util.h"
 
 namespace gradserve::ops {
 namespace {
@@ -15,31 +16,10 @@ namespace {
 using ::gradserve::testing::GradCheck;
 using ::gradserve::testing::GradGradCheck;
 using ::gradserve::testing::RandomInput;
+using ::gradserve::testing::op_test::ExpectInvalid;
+using ::gradserve::testing::op_test::ExpectNear;
+using ::gradserve::testing::op_test::Values;
 
-std::vector<double> Values(const Tensor& t) {
-  return ::gradserve::testing::gradcheck_internal::Values(t);
-}
-
-void ExpectValues(const Tensor& t, const std::vector<double>& expected, double tol = 1e-12) {
-  const std::vector<double> got = Values(t);
-  ASSERT_EQ(got.size(), expected.size()) << t.DebugString();
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_NEAR(got[i], expected[i], tol * std::max(1.0, std::abs(expected[i]))) << i;
-  }
-}
-
-template <typename Fn>
-void ExpectInvalid(Fn&& fn, const std::string& part) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected INVALID_ARGUMENT containing '" << part << "'";
-  } catch (const StatusError& e) {
-    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << e.status();
-    EXPECT_NE(std::string(e.status().message()).find(part), std::string::npos) << e.status();
-  }
-}
-
-// A reference matmul over contiguous float64 data for 2-d operands.
 std::vector<double> Reference(const Tensor& a, const Tensor& b) {
   const std::vector<double> va = Values(a), vb = Values(b);
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
@@ -103,29 +83,28 @@ TEST(MatmulTest, GradCheckWithOneConstantOperand) {
 TEST(MatmulTest, HandComputedValues) {
   Tensor a = Tensor::FromVector<double>({1, 2, 3, 4}, {2, 2});
   Tensor b = Tensor::FromVector<double>({5, 6, 7, 8}, {2, 2});
-  ExpectValues(matmul(a, b), {19, 22, 43, 50});
+  ExpectNear(matmul(a, b), {19, 22, 43, 50});
   Tensor v = Tensor::FromVector<double>({1, -1}, {2});
-  ExpectValues(matmul(a, v), {-1, -1});
-  ExpectValues(matmul(v, a), {-2, -2});
-  ExpectValues(matmul(v, v), {2});
-  ExpectValues(
-      matmul(Tensor::Zeros({2, 0}, DType::kFloat64), Tensor::Zeros({0, 3}, DType::kFloat64)),
-      {0, 0, 0, 0, 0, 0});
+  ExpectNear(matmul(a, v), {-1, -1});
+  ExpectNear(matmul(v, a), {-2, -2});
+  ExpectNear(matmul(v, v), {2});
+  ExpectNear(matmul(Tensor::Zeros({2, 0}, DType::kFloat64), Tensor::Zeros({0, 3}, DType::kFloat64)),
+             {0, 0, 0, 0, 0, 0});
 }
 
 TEST(MatmulTest, TransposedAndStridedOperands) {
   Tensor base = RandomInput({4, 3}, 5, -1, 1, false);
   Tensor other = RandomInput({4, 5}, 6, -1, 1, false);
   Tensor transposed = base.AsStrided({3, 4}, {1, 3}, 0);  // column-major: BLAS transposes
-  ExpectValues(matmul(transposed, other), Reference(transposed.contiguous(), other), 1e-12);
+  ExpectNear(matmul(transposed, other), Reference(transposed.contiguous(), other), 1e-12);
   // Every other column: neither row- nor column-major, so it is packed first.
   Tensor wide = RandomInput({3, 8}, 7, -1, 1, false);
   Tensor every_other = wide.AsStrided({3, 4}, {8, 2}, 0);
-  ExpectValues(matmul(every_other, other), Reference(every_other.contiguous(), other), 1e-12);
+  ExpectNear(matmul(every_other, other), Reference(every_other.contiguous(), other), 1e-12);
   // A broadcast (stride 0) operand.
   Tensor row = RandomInput({1, 4}, 8, -1, 1, false);
   Tensor repeated = row.AsStrided({3, 4}, {0, 1}, 0);
-  ExpectValues(matmul(repeated, other), Reference(repeated.contiguous(), other), 1e-12);
+  ExpectNear(matmul(repeated, other), Reference(repeated.contiguous(), other), 1e-12);
 }
 
 TEST(MatmulTest, Float32AgreesWithFloat64) {
@@ -143,9 +122,9 @@ TEST(MatmulTest, Int64) {
   Tensor b = Tensor::FromVector<int64_t>({1, 0, 0, 1, 1, 1}, {3, 2});
   Tensor y = matmul(a, b);
   EXPECT_EQ(y.dtype(), DType::kInt64);
-  ExpectValues(y, {4, 5, 10, 11});
-  ExpectValues(matmul(Tensor::FromVector<int64_t>({1, 2, 3}, {3}), a.AsStrided({3, 2}, {1, 3}, 0)),
-               {14, 32});
+  ExpectNear(y, {4, 5, 10, 11});
+  ExpectNear(matmul(Tensor::FromVector<int64_t>({1, 2, 3}, {3}), a.AsStrided({3, 2}, {1, 3}, 0)),
+             {14, 32});
 }
 
 TEST(MatmulTest, InvalidArguments) {
@@ -191,13 +170,13 @@ TEST(MatmulTest, HandComputedGradients) {
   absl::StatusOr<TensorList> g =
       autograd::Grad({matmul(a, b)}, {Tensor::Full({2, 2}, 1, DType::kFloat64)}, {a, b}, {});
   ASSERT_TRUE(g.ok()) << g.status();
-  ExpectValues((*g)[0], {11, 15, 11, 15});  // ones @ b^T
-  ExpectValues((*g)[1], {4, 4, 6, 6});      // a^T @ ones
+  ExpectNear((*g)[0], {11, 15, 11, 15});  // ones @ b^T
+  ExpectNear((*g)[1], {4, 4, 6, 6});      // a^T @ ones
 }
 
 TEST(MatmulTest, RunsThroughTheRegistry) {
   Tensor a = Tensor::FromVector<double>({1, 2, 3, 4}, {2, 2});
-  ExpectValues(OpRegistry::Get().Find("matmul")->run({a, a}, Attrs())[0], {7, 10, 15, 22});
+  ExpectNear(OpRegistry::Get().Find("matmul")->run({a, a}, Attrs())[0], {7, 10, 15, 22});
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "engine/tensor/tensor.h"
 #include "gtest/gtest.h"
 #include "tests/engine/gradcheck.h"
+#include "tests/engine/op_test_util.h"
 
 namespace gradserve::ops {
 namespace {
@@ -20,46 +21,23 @@ using ::gradserve::testing::GradCheckOptions;
 using ::gradserve::testing::GradGradCheck;
 using ::gradserve::testing::RandomInput;
 using ::gradserve::testing::TensorFn;
+using ::gradserve::testing::op_test::ExpectInvalid;
+using ::gradserve::testing::op_test::F64;
+using ::gradserve::testing::op_test::I64;
+using ::gradserve::testing::op_test::ShapeOf;
+using ::gradserve::testing::op_test::Values;
 using S = std::vector<int64_t>;
 using V = std::vector<double>;
 
-Tensor F64(const V& values, const S& shape) { return Tensor::FromVector<double>(values, shape); }
-Tensor I64(const std::vector<int64_t>& values, const S& shape) {
-  return Tensor::FromVector<int64_t>(values, shape);
-}
 Tensor Leaf(const S& shape, uint32_t seed) { return RandomInput(shape, seed); }
 Tensor Constant(const S& shape, uint32_t seed) {
   return RandomInput(shape, seed, -1, 1, /*requires_grad=*/false);
 }
-V Values(const Tensor& t) { return ::gradserve::testing::gradcheck_internal::Values(t); }
-S ShapeOf(const Tensor& t) { return S(t.shape().begin(), t.shape().end()); }
 std::string NodeName(const Tensor& t) { return t.grad_fn() ? t.grad_fn()->name() : "none"; }
 
+// The shared ExpectNear at this file's tolerance.
 void ExpectNear(const Tensor& t, const V& expected, double tol = 1e-7) {
-  const V got = Values(t);
-  ASSERT_EQ(got.size(), expected.size()) << t.DebugString();
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(expected[i])) {
-      EXPECT_TRUE(std::isnan(got[i])) << "element " << i;
-    } else {
-      EXPECT_NEAR(got[i], expected[i], tol * std::max(1.0, std::abs(expected[i])))
-          << "element " << i;
-    }
-  }
-}
-
-// Runs fn, expecting INVALID_ARGUMENT whose message holds every one of `pieces`.
-void ExpectInvalid(const std::function<void()>& fn, const std::vector<std::string>& pieces) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected INVALID_ARGUMENT";
-  } catch (const StatusError& e) {
-    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << e.status();
-    for (const std::string& piece : pieces) {
-      EXPECT_NE(std::string(e.status().message()).find(piece), std::string::npos)
-          << "missing \"" << piece << "\" in: " << e.status().message();
-    }
-  }
+  ::gradserve::testing::op_test::ExpectNear(t, expected, tol);
 }
 
 void CheckGrads(const std::string& what, const TensorFn& fn, const TensorList& inputs,

@@ -10,6 +10,7 @@
 #include "engine/ops/reductions.h"
 #include "gtest/gtest.h"
 #include "tests/engine/gradcheck.h"
+#include "tests/engine/op_test_util.h"
 
 namespace gradserve::ops {
 namespace {
@@ -17,37 +18,10 @@ namespace {
 using ::gradserve::testing::GradCheck;
 using ::gradserve::testing::GradGradCheck;
 using ::gradserve::testing::RandomInput;
-
-std::vector<double> Values(const Tensor& t) {
-  return ::gradserve::testing::gradcheck_internal::Values(t);
-}
-
-void ExpectValues(const Tensor& t, const std::vector<double>& expected, double tol = 1e-12) {
-  const std::vector<double> got = Values(t);
-  ASSERT_EQ(got.size(), expected.size()) << t.DebugString();
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(expected[i])) {
-      EXPECT_TRUE(std::isnan(got[i])) << i;
-    } else {
-      EXPECT_NEAR(got[i], expected[i], tol * std::max(1.0, std::abs(expected[i]))) << i;
-    }
-  }
-}
-
-template <typename Fn>
-void ExpectInvalid(Fn&& fn, const std::string& part) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected INVALID_ARGUMENT containing '" << part << "'";
-  } catch (const StatusError& e) {
-    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << e.status();
-    EXPECT_NE(std::string(e.status().message()).find(part), std::string::npos) << e.status();
-  }
-}
-
-Tensor F64(const std::vector<double>& v, absl::Span<const int64_t> shape) {
-  return Tensor::FromVector<double>(v, shape);
-}
+using ::gradserve::testing::op_test::ExpectInvalid;
+using ::gradserve::testing::op_test::ExpectNear;
+using ::gradserve::testing::op_test::F64;
+using ::gradserve::testing::op_test::Values;
 
 using ReduceFn = Tensor (*)(const Tensor&, absl::Span<const int64_t>, bool);
 
@@ -141,31 +115,31 @@ INSTANTIATE_TEST_SUITE_P(Ops, ReductionTest,
 
 TEST(ReductionValuesTest, HandComputed) {
   Tensor x = F64({1, 5, 3, 4, 2, 6}, {2, 3});
-  ExpectValues(sum(x), {21});
-  ExpectValues(sum(x, {0}), {5, 7, 9});
-  ExpectValues(sum(x, {1}, true), {9, 12});
-  ExpectValues(mean(x), {3.5});
-  ExpectValues(mean(x, {0}), {2.5, 3.5, 4.5});
-  ExpectValues(amax(x), {6});
-  ExpectValues(amax(x, {1}), {5, 6});
-  ExpectValues(amax(x, {0}), {4, 5, 6});
+  ExpectNear(sum(x), {21});
+  ExpectNear(sum(x, {0}), {5, 7, 9});
+  ExpectNear(sum(x, {1}, true), {9, 12});
+  ExpectNear(mean(x), {3.5});
+  ExpectNear(mean(x, {0}), {2.5, 3.5, 4.5});
+  ExpectNear(amax(x), {6});
+  ExpectNear(amax(x, {1}), {5, 6});
+  ExpectNear(amax(x, {0}), {4, 5, 6});
   // Empty reductions: sum 0, mean NaN, as in PyTorch.
   Tensor empty = Tensor::Zeros({0, 3}, DType::kFloat64);
-  ExpectValues(sum(empty), {0});
-  ExpectValues(mean(empty, {0}), {NAN, NAN, NAN});
+  ExpectNear(sum(empty), {0});
+  ExpectNear(mean(empty, {0}), {NAN, NAN, NAN});
   // NaN wins in amax.
-  ExpectValues(amax(F64({1, NAN, 3}, {3})), {NAN});
+  ExpectNear(amax(F64({1, NAN, 3}, {3})), {NAN});
 }
 
 TEST(ReductionValuesTest, IntegerAndBool) {
   Tensor i = Tensor::FromVector<int64_t>({1, 7, 3}, {3});
   EXPECT_EQ(sum(i).dtype(), DType::kInt64);
-  ExpectValues(sum(i), {11});
+  ExpectNear(sum(i), {11});
   EXPECT_EQ(amax(i).dtype(), DType::kInt64);
-  ExpectValues(amax(i), {7});
+  ExpectNear(amax(i), {7});
   Tensor b = Tensor::FromVector<bool>({true, false, true}, {3});
   EXPECT_EQ(sum(b).dtype(), DType::kInt64);
-  ExpectValues(sum(b), {2});
+  ExpectNear(sum(b), {2});
   EXPECT_EQ(amax(b).dtype(), DType::kBool);
   ExpectInvalid([&] { mean(i); }, "mean: input must be float32 or float64, got int64");
   ExpectInvalid(
@@ -181,21 +155,21 @@ TEST(ReductionValuesTest, AmaxSplitsGradientAmongTies) {
   Tensor y = amax(x, {1});
   absl::StatusOr<TensorList> g = autograd::Grad({y}, {F64({1, 3}, {2})}, {x}, {});
   ASSERT_TRUE(g.ok()) << g.status();
-  ExpectValues((*g)[0], {0.5, 0, 0.5, 1, 1, 1});
+  ExpectNear((*g)[0], {0.5, 0, 0.5, 1, 1, 1});
   // All dims.
   absl::StatusOr<TensorList> g_all = autograd::Grad({amax(x)}, {}, {x}, {});
   ASSERT_TRUE(g_all.ok()) << g_all.status();
-  ExpectValues((*g_all)[0], {0.5, 0, 0.5, 0, 0, 0});
+  ExpectNear((*g_all)[0], {0.5, 0, 0.5, 0, 0, 0});
 }
 
 TEST(ReductionValuesTest, GradientsOfSumAndMean) {
   Tensor x = RandomInput({2, 3}, 3);
   absl::StatusOr<TensorList> g = autograd::Grad({mean(x, {0})}, {F64({1, 2, 3}, {3})}, {x}, {});
   ASSERT_TRUE(g.ok()) << g.status();
-  ExpectValues((*g)[0], {0.5, 1, 1.5, 0.5, 1, 1.5});
+  ExpectNear((*g)[0], {0.5, 1, 1.5, 0.5, 1, 1.5});
   absl::StatusOr<TensorList> gs = autograd::Grad({sum(x)}, {}, {x}, {});
   ASSERT_TRUE(gs.ok()) << gs.status();
-  ExpectValues((*gs)[0], {1, 1, 1, 1, 1, 1});
+  ExpectNear((*gs)[0], {1, 1, 1, 1, 1, 1});
 }
 
 TEST(ReductionValuesTest, BackwardNodeNames) {
@@ -215,19 +189,19 @@ TEST(ReductionValuesTest, LongSumIsAccurateInFloat32) {
 TEST(ReductionValuesTest, StridedInput) {
   Tensor base = F64({1, 2, 3, 4, 5, 6}, {2, 3});
   Tensor t = base.AsStrided({3, 2}, {1, 3}, 0);
-  ExpectValues(sum(t, {1}), {5, 7, 9});
-  ExpectValues(amax(t, {0}), {3, 6});
+  ExpectNear(sum(t, {1}), {5, 7, 9});
+  ExpectNear(amax(t, {0}), {3, 6});
 }
 
 TEST(ReductionValuesTest, RunThroughTheRegistry) {
   const OpRegistry& registry = OpRegistry::Get();
   Tensor x = F64({1, 5, 3, 4, 2, 6}, {2, 3});
-  ExpectValues(registry.Find("sum")->run({x}, Attrs())[0], {21});
-  ExpectValues(registry.Find("sum")->run({x}, Attrs({{"dim", int64_t{1}}}))[0], {9, 12});
+  ExpectNear(registry.Find("sum")->run({x}, Attrs())[0], {21});
+  ExpectNear(registry.Find("sum")->run({x}, Attrs({{"dim", int64_t{1}}}))[0], {9, 12});
   Tensor kept = registry.Find("mean")->run(
       {x}, Attrs({{"dim", std::vector<int64_t>{0}}, {"keepdim", true}}))[0];
   EXPECT_EQ(kept.shape(), (Shape{1, 3}));
-  ExpectValues(registry.Find("amax")->run({x}, Attrs({{"dim", int64_t{-1}}}))[0], {5, 6});
+  ExpectNear(registry.Find("amax")->run({x}, Attrs({{"dim", int64_t{-1}}}))[0], {5, 6});
 }
 
 }  // namespace

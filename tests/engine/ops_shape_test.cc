@@ -11,6 +11,7 @@
 #include "engine/tensor/tensor.h"
 #include "gtest/gtest.h"
 #include "tests/engine/gradcheck.h"
+#include "tests/engine/op_test_util.h"
 
 namespace gradserve::ops {
 namespace {
@@ -19,45 +20,21 @@ using ::gradserve::testing::GradCheck;
 using ::gradserve::testing::GradGradCheck;
 using ::gradserve::testing::RandomInput;
 using ::gradserve::testing::TensorFn;
+using ::gradserve::testing::op_test::ExpectInvalid;
+using ::gradserve::testing::op_test::F64;
+using ::gradserve::testing::op_test::I64;
+using ::gradserve::testing::op_test::ShapeOf;
+using ::gradserve::testing::op_test::Values;
 using S = std::vector<int64_t>;
 using V = std::vector<double>;
 
-Tensor F64(const std::vector<double>& values, const std::vector<int64_t>& shape) {
-  return Tensor::FromVector<double>(values, shape);
-}
-Tensor I64(const std::vector<int64_t>& values, const std::vector<int64_t>& shape) {
-  return Tensor::FromVector<int64_t>(values, shape);
-}
 // 0, 1, 2, ... in the given shape.
 Tensor Iota(const std::vector<int64_t>& shape) {
   std::vector<double> v(Numel(shape));
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i);
   return F64(v, shape);
 }
-// The values in row-major order, whatever the strides.
-std::vector<double> Values(const Tensor& t) {
-  Tensor packed = t.To(DType::kFloat64).contiguous();
-  const double* d = packed.data<double>();
-  return std::vector<double>(d, d + packed.numel());
-}
-std::vector<int64_t> ShapeOf(const Tensor& t) {
-  return std::vector<int64_t>(t.shape().begin(), t.shape().end());
-}
 bool SharesStorage(const Tensor& a, const Tensor& b) { return a.storage() == b.storage(); }
-
-// Runs fn, expecting INVALID_ARGUMENT whose message holds every one of `pieces`.
-void ExpectInvalid(const std::function<void()>& fn, const std::vector<std::string>& pieces) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected INVALID_ARGUMENT";
-  } catch (const StatusError& e) {
-    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << e.status();
-    for (const std::string& piece : pieces) {
-      EXPECT_NE(std::string(e.status().message()).find(piece), std::string::npos)
-          << "missing \"" << piece << "\" in: " << e.status().message();
-    }
-  }
-}
 
 // --- reshape ---
 
