@@ -4,6 +4,7 @@
 #define GRADSERVE_ENGINE_DEVICE_DEVICE_BACKEND_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "engine/tensor/allocator.h"
@@ -32,6 +33,23 @@ class DeviceBackend {
                     size_t nbytes) = 0;
   // Blocks until the device has finished the work queued on it.
   virtual void Synchronize(int /*index*/) {}
+
+  // --- Streams (Note [CUDA streams]). A stream is an opaque non-zero id; a backend without
+  // streams (the CPU, the simulated accelerator) answers 0 and ignores the rest. ---
+
+  // The calling thread's current stream for device index.
+  virtual uintptr_t CurrentStream(int /*index*/) const { return 0; }
+  // Sets it (0: back to the device's own stream); returns the previous one.
+  virtual uintptr_t ExchangeCurrentStream(int /*index*/, uintptr_t stream) { return stream; }
+  // Makes later work on `consumer` wait for the work queued on `producer` so far.
+  virtual void WaitStream(int /*index*/, uintptr_t /*consumer*/, uintptr_t /*producer*/) {}
+  // Blocks the calling thread until the work queued on `stream` so far is done.
+  virtual void SynchronizeStream(int /*index*/, uintptr_t /*stream*/) {}
+  // Tells the device's memory that the block at ptr is in use by work on `stream`, which is not
+  // the stream it was allocated on, so it is not reused before that work is done.
+  virtual void RecordStream(int /*index*/, void* /*ptr*/, uintptr_t /*stream*/) {}
+  // Called once on each Engine worker thread that serves device index, before its first task.
+  virtual void InitializeThread(int /*index*/) {}
   // One line for server info, e.g. "simulated accelerator (host memory)".
   virtual std::string Describe(int index) const = 0;
 };

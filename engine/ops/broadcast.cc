@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "engine/autograd/node.h"
+#include "engine/ops/functors.h"
 #include "engine/ops/op_kernels.h"
 
 namespace gradserve::ops {
@@ -97,16 +98,13 @@ ReductionLayout SumToLayout(const char* op, absl::Span<const int64_t> from,
 
 Tensor SumOver(const Tensor& input, const ReductionLayout& layout, const char* node_name) {
   GS_CHECK_INTERNAL(input.shape() == layout.input_shape, "SumOver: input shape differs");
-  RequireHostMemory("sum", input);
   const DType out_dtype = IsFloating(input.dtype()) ? input.dtype() : DType::kInt64;
   Tensor out = Tensor::Empty(layout.output_shape, out_dtype, input.device());
   DispatchDType(input.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
     using OutT = std::conditional_t<std::is_floating_point_v<T>, T, int64_t>;
-    ReduceKernel<T, Acc, OutT>(
-        input, layout.reduced, out, Acc{0}, [](Acc acc, T v) { return acc + static_cast<Acc>(v); },
-        [](Acc acc) { return static_cast<OutT>(acc); });
+    ReduceKernel<T, Acc, OutT>(input, layout.reduced, out, Acc{0}, SumInto<Acc>{}, CastTo<OutT>{});
   });
   RecordOp<SumOverBackward>(out, {input}, node_name, layout);
   return out;

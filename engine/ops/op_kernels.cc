@@ -91,9 +91,14 @@ void RequireNotBool(const char* op, const char* arg, const Tensor& t) {
 void RequireHostMemory(const char* op, const Tensor& t) {
   if (t.device().is_cpu()) return;
   if (!DeviceRegistry::Get().host_accessible(t.device())) {
-    ThrowStatus(absl::InternalError(
-        absl::StrCat(op, ": no host kernel for a tensor on ", DeviceName(t.device()))));
+    ThrowStatus(absl::UnimplementedError(
+        absl::StrCat(op, ": no kernel for a tensor on ", DeviceName(t.device()), " yet")));
   }
+}
+
+void ThrowNoDeviceKernel(const char* kernel, Device device) {
+  ThrowStatus(absl::InternalError(absl::StrCat(kernel, " reached a tensor on ", DeviceName(device),
+                                               " in a file compiled without its CUDA kernels")));
 }
 
 void RequireSameDevice(const char* op, const char* arg_a, const Tensor& a, const char* arg_b,

@@ -16,6 +16,16 @@
 // broadcast operand). The kernels are templates over the element types, so the functor inlines:
 // no per-element indirect call. Reductions (ReduceKernel) use the same walk over the input, with
 // the accumulator's strides 0 along the reduced dimensions.
+//
+// Note [Kernels for every device]
+// MapKernel and ReduceKernel also run on GPUs: for a tensor on "cuda:N" they launch the CUDA
+// kernels of engine/ops/cuda/map_kernel.cuh and reduce_kernel.cuh with the same functors. So a
+// functor given to them is a struct (not a lambda: nvcc cannot send a host lambda to the device)
+// whose operator() is GS_HOST_DEVICE and which holds values only, and the files that call them
+// are compiled by nvcc in a build with the CUDA backend (engine/CMakeLists.txt), where
+// GS_CUDA_KERNELS is 1. A ReduceKernel's combine must also merge two accumulators
+// (combine(AccT, AccT)), which the GPU does to join partial results. Elsewhere a GPU tensor
+// reaching these kernels is an INTERNAL error, never a host read of device memory.
 
 #ifndef GRADSERVE_ENGINE_OPS_OP_KERNELS_H_
 #define GRADSERVE_ENGINE_OPS_OP_KERNELS_H_
@@ -36,6 +46,7 @@
 #include "engine/autograd/node.h"
 #include "engine/autograd/variable.h"
 #include "engine/tensor/tensor.h"
+#include "engine/util/host_device.h"
 
 namespace gradserve::ops {
 
@@ -61,7 +72,8 @@ void RequireDefined(const char* op, const char* arg, const Tensor& t);
 void RequireFloating(const char* op, const char* arg, const Tensor& t);
 // Not bool, for arithmetic PyTorch refuses on bool tensors (sub, neg, ...).
 void RequireNotBool(const char* op, const char* arg, const Tensor& t);
-// Memory the CPU kernels can read (INTERNAL otherwise: no device here lacks host memory yet).
+// Memory the CPU kernels can read: for ops whose kernels have no GPU version yet
+// (UNIMPLEMENTED naming the op and device otherwise).
 void RequireHostMemory(const char* op, const Tensor& t);
 // Both on one device.
 void RequireSameDevice(const char* op, const char* arg_a, const Tensor& a, const char* arg_b,
@@ -150,12 +162,33 @@ void ForEachRow(absl::Span<const int64_t> shape,
 
 // --- Elementwise map ---
 
+// Throws INTERNAL: a GPU tensor reached a kernel in a file nvcc did not compile
+// (Note [Kernels for every device]).
+[[noreturn]] void ThrowNoDeviceKernel(const char* kernel, Device device);
+
+}  // namespace gradserve::ops
+
+#if GS_CUDA_KERNELS
+#include "engine/ops/cuda/map_kernel.cuh"
+#include "engine/ops/cuda/reduce_kernel.cuh"
+#endif
+
+namespace gradserve::ops {
+
 namespace internal {
 template <typename>
 using TensorRef = const Tensor&;
 
 template <typename OutT, typename... InTs, typename Fn, size_t... I>
 void MapKernelImpl(const Tensor& out, Fn& fn, std::index_sequence<I...>, TensorRef<InTs>... ins) {
+  if (out.device().type == DeviceType::kCUDA) {
+#if GS_CUDA_KERNELS
+    cuda_kernels::LaunchMap<OutT, InTs...>(out, fn, ins...);
+    return;
+#else
+    ThrowNoDeviceKernel("MapKernel", out.device());
+#endif
+  }
   OutT* const o = out.data<OutT>();
   const std::tuple<const InTs*...> in{ins.template data<InTs>()...};
   const int64_t n = out.numel();
@@ -186,7 +219,8 @@ void MapKernelImpl(const Tensor& out, Fn& fn, std::index_sequence<I...>, TensorR
 // out[i] = fn(ins[i]...) for every element of out, where each input (of C++ element type InTs,
 // matching its dtype) broadcasts to out's shape. out must be contiguous and either freshly
 // allocated or an input of out's shape (each element is read before it is written, at the same
-// index); all tensors in host memory. See Note [Elementwise kernels].
+// index); all tensors on one device. See Note [Elementwise kernels] and
+// Note [Kernels for every device].
 template <typename OutT, typename... InTs, typename Fn>
 void MapKernel(const Tensor& out, Fn&& fn, internal::TensorRef<InTs>... ins) {
   internal::MapKernelImpl<OutT, InTs...>(out, fn, std::index_sequence_for<InTs...>{}, ins...);
@@ -206,6 +240,14 @@ Strides ReducedOutputStrides(absl::Span<const int64_t> input_shape, absl::Span<c
 template <typename T, typename AccT, typename OutT, typename Combine, typename Finalize>
 void ReduceKernel(const Tensor& input, absl::Span<const bool> reduced, const Tensor& out, AccT init,
                   Combine&& combine, Finalize&& finalize) {
+  if (out.device().type == DeviceType::kCUDA) {
+#if GS_CUDA_KERNELS
+    cuda_kernels::LaunchReduce<T, AccT, OutT>(input, reduced, out, init, combine, finalize);
+    return;
+#else
+    ThrowNoDeviceKernel("ReduceKernel", out.device());
+#endif
+  }
   const int64_t n_out = out.numel();
   OutT* const o = out.data<OutT>();
   // Accumulate in out itself when it has the accumulator's type.

@@ -1,0 +1,31 @@
+// Functors shared by several ops' kernels (Note [Kernels for every device]): structs whose
+// operator() runs on the host and on GPUs. An op's own functors live beside the op.
+
+#ifndef GRADSERVE_ENGINE_OPS_FUNCTORS_H_
+#define GRADSERVE_ENGINE_OPS_FUNCTORS_H_
+
+#include "engine/util/host_device.h"
+
+namespace gradserve::ops {
+
+// acc + v in the accumulator's type: sums (ReduceKernel's combine).
+template <typename Acc>
+struct SumInto {
+  template <typename V>
+  GS_HOST_DEVICE Acc operator()(Acc acc, V v) const {
+    return acc + static_cast<Acc>(v);
+  }
+};
+
+// v converted to To: a cast (MapKernel), or a sum's finalize.
+template <typename To>
+struct CastTo {
+  template <typename V>
+  GS_HOST_DEVICE To operator()(V v) const {
+    return static_cast<To>(v);
+  }
+};
+
+}  // namespace gradserve::ops
+
+#endif  // GRADSERVE_ENGINE_OPS_FUNCTORS_H_
