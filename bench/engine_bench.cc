@@ -6,12 +6,14 @@
 //
 //   engine_bench --scenario=all --repeats=7 --threads=1
 //   engine_bench --scenario=mlp --memory   (run once in this fresh process; report its memory)
+//   engine_bench --device=cuda:0 --scenario=all,mlp_big   (on a GPU; torch_engine.py --device cuda)
 
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -22,8 +24,10 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "cblas.h"
 #include "engine/autograd/autograd.h"
+#include "engine/device/cuda_devices.h"
 #include "engine/ops/elementwise.h"
 #include "engine/ops/linalg.h"
 #include "engine/ops/reductions.h"
@@ -31,7 +35,11 @@
 #include "engine/tensor/memory_budget.h"
 #include "engine/tensor/tensor.h"
 
-ABSL_FLAG(std::string, scenario, "all", "chain_10k, fanin_2k, mlp or all.");
+ABSL_FLAG(std::string, scenario, "all",
+          "Comma-separated: chain_10k, fanin_2k, mlp, mlp_big (batch 4096, width 4096, depth 4: "
+          "for GPUs), or all (the first three).");
+ABSL_FLAG(std::string, device, "cpu",
+          "Where the graph's tensors live: cpu, or cuda:N (registers the GPUs first).");
 ABSL_FLAG(int, repeats, 7, "Timed backward passes per scenario; the median is reported.");
 ABSL_FLAG(int, warmup, 1, "Untimed passes before them.");
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads (the engine's own CPU work is on one thread).");
@@ -47,12 +55,15 @@ struct Graph {
   TensorList inputs;
 };
 
+// Where the scenarios' tensors are made (--device).
+Device bench_device = kCPU;
+
 Tensor Leaf(Tensor t) {
   t.set_requires_grad(true);
   return t;
 }
 
-// n floats in [-scale, scale) from a fixed sequence.
+// n floats in [-scale, scale) from a fixed sequence, on bench_device.
 Tensor Values(std::vector<int64_t> shape, float scale, uint64_t seed) {
   Tensor t = Tensor::Empty(shape, DType::kFloat32);
   uint64_t state = seed * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -61,12 +72,12 @@ Tensor Values(std::vector<int64_t> shape, float scale, uint64_t seed) {
     state = state * 6364136223846793005ULL + 1442695040888963407ULL;
     data[i] = static_cast<float>((2 * (static_cast<double>(state >> 11) * 0x1.0p-53) - 1) * scale);
   }
-  return t;
+  return t.To(bench_device);
 }
 
 // x = [0.5]; 10 000 times y = tanh(y * 1.0001); loss = y.sum().
 Graph Chain10k() {
-  Tensor x = Leaf(Tensor::Full({1}, 0.5, DType::kFloat32));
+  Tensor x = Leaf(Tensor::Full({1}, 0.5, DType::kFloat32, bench_device));
   Tensor y = x;
   for (int i = 0; i < 10'000; ++i) y = ops::tanh(ops::mul(y, 1.0001));
   return {ops::sum(y), {x}};
@@ -80,12 +91,14 @@ Graph Fanin2k() {
   return {ops::sum(acc), {x}};
 }
 
-// x = [256, 1024] (no grad); four [1024, 1024] weights; h = relu(h @ w); loss = h.sum().
-Graph Mlp() {
-  Tensor h = Values({256, 1024}, 1, 4);
+// x = [batch, width] (no grad); four [width, width] weights; h = relu(h @ w); loss = h.sum().
+// mlp is batch 256, width 1024; mlp_big, batch 4096, width 4096, fills a GPU.
+Graph Mlp(int64_t batch, int64_t width) {
+  Tensor h = Values({batch, width}, 1, 4);
   TensorList weights;
   for (int layer = 0; layer < 4; ++layer) {
-    weights.push_back(Leaf(Values({1024, 1024}, 1.0f / 32, 10 + layer)));
+    weights.push_back(
+        Leaf(Values({width, width}, 1.0f / std::sqrt(static_cast<float>(width)), 10 + layer)));
     h = ops::relu(ops::matmul(h, weights.back()));
   }
   return {ops::sum(h), weights};
@@ -94,7 +107,8 @@ Graph Mlp() {
 Graph Build(const std::string& scenario) {
   if (scenario == "chain_10k") return Chain10k();
   if (scenario == "fanin_2k") return Fanin2k();
-  return Mlp();
+  if (scenario == "mlp_big") return Mlp(4096, 4096);
+  return Mlp(256, 1024);
 }
 
 int64_t MinorFaults() {
@@ -146,9 +160,10 @@ void Times(const std::string& scenario, int repeats, int warmup, int threads) {
   std::vector<double> sorted = ms;
   std::sort(sorted.begin(), sorted.end());
   std::printf(
-      "{\"impl\": \"gradserve\", \"scenario\": \"%s\", \"threads\": %d, "
-      "\"median_ms\": %.4f, \"page_faults_per_pass\": %lld, \"times_ms\": [%s]}\n",
-      scenario.c_str(), threads, sorted[sorted.size() / 2],
+      "{\"impl\": \"gradserve\", \"scenario\": \"%s\", \"device\": \"%s\", "
+      "\"threads\": %d, \"median_ms\": %.4f, \"page_faults_per_pass\": %lld, "
+      "\"times_ms\": [%s]}\n",
+      scenario.c_str(), DeviceName(bench_device).c_str(), threads, sorted[sorted.size() / 2],
       static_cast<long long>(faults / repeats),
       absl::StrJoin(ms, ", ", [](std::string* out, double v) {
         absl::StrAppendFormat(out, "%.4f", v);
@@ -184,14 +199,33 @@ int Main() {
   TuneHostMalloc();  // as the server does (Note [Malloc tuning])
   const int threads = absl::GetFlag(FLAGS_threads);
   openblas_set_num_threads(threads);
-  const std::string which = absl::GetFlag(FLAGS_scenario);
-  std::vector<std::string> scenarios = {"chain_10k", "fanin_2k", "mlp"};
-  if (which != "all") {
-    if (std::find(scenarios.begin(), scenarios.end(), which) == scenarios.end()) {
-      std::fprintf(stderr, "engine_bench: unknown scenario %s\n", which.c_str());
+  absl::StatusOr<Device> device = ParseDevice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) {
+    std::fprintf(stderr, "engine_bench: --device: %s\n", device.status().ToString().c_str());
+    return 2;
+  }
+  bench_device = *device;
+  if (bench_device.type == DeviceType::kCUDA) {
+    if (absl::Status s = RegisterCudaDevices(); !s.ok()) {
+      std::fprintf(stderr, "engine_bench: --device=%s: %s\n", DeviceName(bench_device).c_str(),
+                   s.ToString().c_str());
       return 2;
     }
-    scenarios = {which};
+  } else if (!bench_device.is_cpu()) {
+    std::fprintf(stderr, "engine_bench: --device must be cpu or cuda:N\n");
+    return 2;
+  }
+  const std::vector<std::string> known = {"chain_10k", "fanin_2k", "mlp", "mlp_big"};
+  std::vector<std::string> scenarios;
+  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_scenario), ',')) {
+    if (name == "all") {
+      scenarios.insert(scenarios.end(), known.begin(), known.begin() + 3);
+    } else if (std::find(known.begin(), known.end(), name) != known.end()) {
+      scenarios.emplace_back(name);
+    } else {
+      std::fprintf(stderr, "engine_bench: unknown scenario %s\n", std::string(name).c_str());
+      return 2;
+    }
   }
   for (const std::string& s : scenarios) {
     if (absl::GetFlag(FLAGS_memory)) {

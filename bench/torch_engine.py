@@ -5,6 +5,8 @@ timed repetitions, each on a freshly recorded graph. Prints one JSON object per 
 
 Run with Debian's PyTorch: /usr/bin/python3 bench/torch_engine.py --scenario all --threads 1
 --memory runs the scenario once in this fresh process and reports its peak RSS (maxrss).
+On a GPU: python3 bench/torch_engine.py --device cuda --scenario chain_10k,fanin_2k,mlp,mlp_big
+(the clock then waits for the GPU before it starts and before it stops).
 """
 
 import argparse
@@ -17,13 +19,16 @@ import time
 import torch
 
 
+DEVICE = torch.device("cpu")
+
+
 def values(shape, scale, seed):
     g = torch.Generator().manual_seed(seed)
-    return (torch.rand(shape, generator=g, dtype=torch.float32) * 2 - 1) * scale
+    return ((torch.rand(shape, generator=g, dtype=torch.float32) * 2 - 1) * scale).to(DEVICE)
 
 
 def chain_10k():
-    x = torch.tensor([0.5], dtype=torch.float32, requires_grad=True)
+    x = torch.tensor([0.5], dtype=torch.float32, device=DEVICE, requires_grad=True)
     y = x
     for _ in range(10_000):
         y = torch.tanh(y * 1.0001)
@@ -38,23 +43,31 @@ def fanin_2k():
     return acc.sum(), [x]
 
 
-def mlp():
-    h = values([256, 1024], 1, 4)
+def mlp(batch=256, width=1024):
+    h = values([batch, width], 1, 4)
     weights = []
     for layer in range(4):
-        w = values([1024, 1024], 1 / 32, 10 + layer).requires_grad_()
+        w = values([width, width], 1 / width**0.5, 10 + layer).requires_grad_()
         weights.append(w)
         h = torch.relu(h @ w)
     return h.sum(), weights
 
 
-SCENARIOS = {"chain_10k": chain_10k, "fanin_2k": fanin_2k, "mlp": mlp}
+SCENARIOS = {"chain_10k": chain_10k, "fanin_2k": fanin_2k, "mlp": mlp,
+             "mlp_big": lambda: mlp(4096, 4096)}
+
+
+def synchronize():
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def time_backward(build):
     loss, inputs = build()
+    synchronize()
     start = time.perf_counter()
     torch.autograd.grad([loss], inputs)
+    synchronize()
     end = time.perf_counter()
     del loss, inputs  # torn down after the clock stops
     return (end - start) * 1e3
@@ -67,14 +80,29 @@ def resident_kb():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--scenario", default="all", choices=["all", *SCENARIOS])
+    parser.add_argument("--scenario", default="all",
+                        help="comma-separated names of " + ", ".join(SCENARIOS) +
+                        ", or all (the first three)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--memory", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
+    global DEVICE
+    DEVICE = torch.device(args.device)
+    if DEVICE.type == "cuda":
+        # Match engine_bench: exact float32 products, no TF32.
+        torch.backends.cuda.matmul.allow_tf32 = False
+    names = []
+    for name in args.scenario.split(","):
+        if name == "all":
+            names += ["chain_10k", "fanin_2k", "mlp"]
+        elif name in SCENARIOS:
+            names.append(name)
+        else:
+            parser.error(f"unknown scenario {name}")
     for name in names:
         build = SCENARIOS[name]
         if args.memory:
@@ -89,8 +117,8 @@ def main():
         for _ in range(args.warmup):
             time_backward(build)
         times = [time_backward(build) for _ in range(args.repeats)]
-        print(json.dumps({"impl": "pytorch", "scenario": name, "threads": args.threads,
-                          "median_ms": round(statistics.median(times), 4),
+        print(json.dumps({"impl": "pytorch", "scenario": name, "device": str(DEVICE),
+                          "threads": args.threads, "median_ms": round(statistics.median(times), 4),
                           "times_ms": [round(t, 4) for t in times]}))
         sys.stdout.flush()
 

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <limits>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/graph_root.h"
+#include "engine/device/device_registry.h"
+#include "engine/device/stream.h"
 #include "engine/tensor/basic_kernels.h"
 #include "engine/tensor/status_error.h"
 
@@ -72,6 +75,16 @@ void validate_outputs(const Node& fn, const TensorList& grads) {
 }
 
 // Runs a Node's pre-hooks, apply() and post-hooks (Note [Undefined gradients]).
+// The stream a Node's backward runs on: that of its first input on a device with streams
+// (Note [Streams in the backward pass]), as PyTorch's Node::stream.
+Stream NodeStream(const Node& fn) {
+  for (uint32_t i = 0; i < fn.num_inputs(); ++i) {
+    const InputMetadata& md = fn.input_metadata(i);
+    if (md.stream.has_stream()) return md.stream;
+  }
+  return {};
+}
+
 TensorList call_function(const GraphTask& graph_task, Node& fn, TensorList grads) {
   for (const auto& hook : fn.pre_hooks()) grads = (*hook)(grads);
   bool any_defined = false;
@@ -318,6 +331,9 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
 
 void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Node* func,
                                InputBuffer& inputs, std::optional<NodeTask>* handoff) {
+  // Note [Streams in the backward pass]: the Node runs on its forward op's stream.
+  const Stream stream = NodeStream(*func);
+  StreamScope on_stream(stream);
   TensorList outputs;
   {
     // Note [Node thread safety].
@@ -355,6 +371,10 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
   // Hand each gradient to the Node it flows to; queue those that now have all their inputs,
   // or hand one over (Note [Handing the next task over]).
   MutexLock lock(&graph_task->mutex_);
+  if (stream.has_stream() &&
+      absl::c_find(graph_task->streams_used_, stream) == graph_task->streams_used_.end()) {
+    graph_task->streams_used_.push_back(stream);
+  }
   for (size_t i = 0; i < outputs.size(); ++i) {
     const Edge& next = func->next_edge(i);
     if (!next.is_valid()) continue;
@@ -371,7 +391,12 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
       if (graph_task->exec_info_used() && !state.exec_info_.should_execute()) continue;
       state.not_ready_.emplace(next_fn->num_inputs());
     }
-    state.not_ready_->add(next.input_nr, std::move(outputs[i]));
+    if (stream.has_stream()) {
+      state.not_ready_->add(next.input_nr, std::move(outputs[i]), stream,
+                            next_fn->input_metadata(next.input_nr).stream);
+    } else {
+      state.not_ready_->add(next.input_nr, std::move(outputs[i]));
+    }
     if (is_ready) {
       InputBuffer input_buffer = std::move(*state.not_ready_);
       state.not_ready_.reset();
@@ -427,6 +452,15 @@ std::shared_ptr<ReadyQueue> Engine::ready_queue_by_index(
 
 void Engine::device_thread_main(int index, std::shared_ptr<ReadyQueue> queue) {
   worker_device = index;
+  const Device device{static_cast<DeviceType>(index / kMaxDevicesPerType),
+                      static_cast<int16_t>(index % kMaxDevicesPerType)};
+  if (DeviceBackend* backend = DeviceRegistry::Get().backend(device.type)) {
+    try {
+      backend->InitializeThread(device.index);
+    } catch (const StatusError&) {
+      // The device's first kernel fails with the same error, and names the Node.
+    }
+  }
   local_ready_queue = std::move(queue);
   thread_main(nullptr);
   local_ready_queue.reset();

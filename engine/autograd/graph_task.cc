@@ -86,9 +86,18 @@ bool GraphTask::completed() const {
 void GraphTask::mark_as_completed_and_run_post_processing() {
   if (future_completed_.exchange(true)) return;
   TensorList captured;
+  absl::InlinedVector<Stream, 1> streams;
   {
     MutexLock lock(&mutex_);
     captured = std::move(captured_vars_);
+    streams.swap(streams_used_);
+  }
+  // The caller reads finished gradients (Note [Streams in the backward pass]).
+  try {
+    for (const Stream& s : streams) SynchronizeStream(s);
+  } catch (const StatusError& e) {
+    future_result_->Resolve(e.status());
+    return;
   }
   future_result_->Resolve(std::move(captured));
 }

@@ -11,12 +11,14 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "engine/autograd/cancellation.h"
 #include "engine/autograd/edge.h"
 #include "engine/autograd/graph_future.h"
 #include "engine/autograd/input_buffer.h"
 #include "engine/autograd/node.h"
+#include "engine/device/stream.h"
 #include "engine/tensor/memory_budget.h"
 #include "engine/util/mutex.h"
 
@@ -102,9 +104,12 @@ struct GraphTask : std::enable_shared_from_this<GraphTask> {
   // Whether exec_info_ applies: false (PyTorch: exec_info_ is empty) when every Node runs.
   bool exec_info_used() const { return exec_info_used_; }
 
-  // Guards the entries' dependencies_ and not_ready_, and captured_vars_.
+  // Guards the entries' dependencies_ and not_ready_, captured_vars_ and streams_used_.
   Mutex mutex_;
   TensorList captured_vars_ ABSL_GUARDED_BY(mutex_);
+  // The device streams Nodes of this pass ran on, synchronized before the future resolves
+  // (Note [Streams in the backward pass]); empty for passes on the CPU.
+  absl::InlinedVector<Stream, 1> streams_used_ ABSL_GUARDED_BY(mutex_);
   // Every Node reached from the root (Note [GraphTask node table]).
   absl::flat_hash_map<Node*, NodeState> nodes_in_graph_;
   bool exec_info_used_ = false;

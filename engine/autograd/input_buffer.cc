@@ -5,8 +5,13 @@
 #include "engine/tensor/basic_kernels.h"
 
 namespace gradserve::autograd {
-void InputBuffer::add(size_t pos, Tensor grad) {
+void InputBuffer::add(size_t pos, Tensor grad, Stream producer, Stream consumer) {
   if (!grad.defined()) return;
+  if (consumer.has_stream() && producer.has_stream() && consumer != producer) {
+    WaitStream(consumer, producer);
+    RecordStream(grad, consumer);
+  }
+  StreamScope on_consumer(consumer);
   Tensor& old = buffer_[pos];
   if (!old.defined()) {
     old = std::move(grad);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <utility>
 
+#include "engine/device/stream.h"
 #include "engine/tensor/tensor.h"
 
 namespace gradserve::autograd {
@@ -23,8 +24,10 @@ class InputBuffer {
   InputBuffer& operator=(InputBuffer&&) = default;
 
   // Adds grad into slot pos; an undefined grad adds nothing. Throws StatusError if it cannot
-  // be summed with what is there (shape or dtype).
-  void add(size_t pos, Tensor grad);
+  // be summed with what is there (shape or dtype). On a device with streams, grad was made on
+  // producer and is for a Node whose work runs on consumer: the consumer waits for the producer
+  // and the sum runs on the consumer (Note [Streams in the backward pass]).
+  void add(size_t pos, Tensor grad, Stream producer = {}, Stream consumer = {});
 
   // Where the Node should run: the device of its first input on an accelerator, else the CPU.
   Device device() const;

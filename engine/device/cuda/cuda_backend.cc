@@ -48,9 +48,9 @@ thread_local cudaStream_t current_streams[kMaxGpus] = {};
 }  // namespace
 
 [[noreturn]] void ThrowCudaError(cudaError_t error, const char* what, const char* file, int line) {
-  const std::string message = absl::StrCat("CUDA error in ", what, " at ", file, ":", line, ": ",
-                                           cudaGetErrorName(error), ": ",
-                                           cudaGetErrorString(error));
+  const std::string message =
+      absl::StrCat("CUDA error in ", what, " at ", file, ":", line, ": ", cudaGetErrorName(error),
+                   ": ", cudaGetErrorString(error));
   if (error == cudaErrorMemoryAllocation) ThrowStatus(absl::ResourceExhaustedError(message));
   ThrowStatus(absl::InternalError(message));
 }
@@ -188,8 +188,8 @@ absl::Status RegisterCudaDevices(absl::Span<const int> physical) {
   }
   for (size_t i = 0; i < chosen.size(); ++i) {
     if (chosen[i] < 0 || chosen[i] >= count) {
-      return absl::InvalidArgumentError(absl::StrCat("GPU ", chosen[i], " does not exist: ", count,
-                                                     " GPU(s) are visible"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("GPU ", chosen[i], " does not exist: ", count, " GPU(s) are visible"));
     }
     for (size_t j = 0; j < i; ++j) {
       if (chosen[j] == chosen[i]) {
@@ -210,10 +210,9 @@ absl::Status RegisterCudaDevices(absl::Span<const int> physical) {
       GS_CUDA_CHECK(cudaGetDeviceProperties(&prop, s.physical));
       GS_CUDA_CHECK(cudaStreamCreateWithFlags(&s.compute_stream, cudaStreamNonBlocking));
       s.allocator = std::make_unique<cuda::CachingAllocator>(static_cast<int>(i), s.physical);
-      s.description = absl::StrFormat("%s (GPU %d, compute capability %d.%d, %.1f GiB, %d SMs)",
-                                      prop.name, s.physical, prop.major, prop.minor,
-                                      prop.totalGlobalMem / double(1 << 30),
-                                      prop.multiProcessorCount);
+      s.description = absl::StrFormat(
+          "%s (GPU %d, compute capability %d.%d, %.1f GiB, %d SMs)", prop.name, s.physical,
+          prop.major, prop.minor, prop.totalGlobalMem / double(1 << 30), prop.multiProcessorCount);
       states->push_back(std::move(s));
     }
   } catch (const StatusError& e) {

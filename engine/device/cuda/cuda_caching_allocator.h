@@ -58,7 +58,7 @@ class CachingAllocator final : public Allocator {
  private:
   struct Block {
     size_t size = 0;
-    cudaStream_t stream = nullptr;          // the stream it was allocated on
+    cudaStream_t stream = nullptr;         // the stream it was allocated on
     std::vector<cudaStream_t> other_uses;  // RecordStream
   };
   // A freed block waiting for events on the other streams that used it.

@@ -15,12 +15,12 @@ namespace gradserve::cuda {
 [[noreturn]] void ThrowCudaError(cudaError_t error, const char* what, const char* file, int line);
 
 // Runs a CUDA runtime call and throws StatusError unless it returned cudaSuccess.
-#define GS_CUDA_CHECK(expr)                                                   \
-  do {                                                                        \
-    const cudaError_t gs_cuda_error_ = (expr);                                \
-    if (gs_cuda_error_ != cudaSuccess) {                                      \
+#define GS_CUDA_CHECK(expr)                                                         \
+  do {                                                                              \
+    const cudaError_t gs_cuda_error_ = (expr);                                      \
+    if (gs_cuda_error_ != cudaSuccess) {                                            \
       ::gradserve::cuda::ThrowCudaError(gs_cuda_error_, #expr, __FILE__, __LINE__); \
-    }                                                                         \
+    }                                                                               \
   } while (false)
 
 // After a kernel launch: throws if the launch failed (bad configuration, no kernel image).

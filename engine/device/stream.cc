@@ -1,0 +1,47 @@
+#include "engine/device/stream.h"
+
+#include "engine/device/device_registry.h"
+
+namespace gradserve {
+namespace {
+
+DeviceBackend* BackendOf(Device device) {
+  return device.is_cpu() ? nullptr : DeviceRegistry::Get().backend(device.type);
+}
+
+}  // namespace
+
+Stream CurrentStream(Device device) {
+  DeviceBackend* backend = BackendOf(device);
+  return {device, backend == nullptr ? 0 : backend->CurrentStream(device.index)};
+}
+
+StreamScope::StreamScope(Stream stream) : stream_(stream) {
+  if (stream_.has_stream()) {
+    previous_ = BackendOf(stream_.device)->ExchangeCurrentStream(stream_.device.index, stream_.id);
+  }
+}
+
+StreamScope::~StreamScope() {
+  if (stream_.has_stream()) {
+    BackendOf(stream_.device)->ExchangeCurrentStream(stream_.device.index, previous_);
+  }
+}
+
+void WaitStream(Stream consumer, Stream producer) {
+  if (!consumer.has_stream() || !producer.has_stream() || consumer == producer) return;
+  if (consumer.device != producer.device) return;  // a copy between devices waits itself
+  BackendOf(consumer.device)->WaitStream(consumer.device.index, consumer.id, producer.id);
+}
+
+void RecordStream(const Tensor& t, Stream stream) {
+  if (!stream.has_stream() || !t.defined() || t.device() != stream.device) return;
+  BackendOf(stream.device)->RecordStream(stream.device.index, t.storage()->data(), stream.id);
+}
+
+void SynchronizeStream(Stream stream) {
+  if (stream.has_stream())
+    BackendOf(stream.device)->SynchronizeStream(stream.device.index, stream.id);
+}
+
+}  // namespace gradserve
