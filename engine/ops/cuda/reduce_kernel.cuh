@@ -10,6 +10,9 @@
 //  - a kept dimension is innermost (a bias gradient's sum over the batch): 32 neighbouring
 //    outputs per block along x, so a warp reads 32 neighbouring elements, with the reduced
 //    elements split over 8 threads along y and combined in shared memory.
+// When there are few outputs and many elements each (a whole-tensor sum), a block per output
+// would leave most of the GPU idle, so the reduced elements are first split over many blocks,
+// each writing a partial accumulator, and a second launch combines the partials.
 // combine must be associative; the order of combination differs from the CPU's, so float
 // results agree within rounding, not bit for bit.
 
@@ -18,6 +21,7 @@
 
 #include <array>
 
+#include "engine/device/device_registry.h"
 #include "engine/ops/cuda/launch.cuh"
 
 namespace gradserve::ops::cuda_kernels {
@@ -92,6 +96,29 @@ __global__ void ReduceAcrossOutputs(int64_t n_out, int64_t n_red, StridedIndexer
   }
 }
 
+// Splits each output's reduced elements over gridDim.y blocks: block (o, part) combines elements
+// part, part + parts, ... of output o (strided by threads within) into partial[o * parts + part].
+template <typename T, typename AccT, typename Combine>
+__global__ void ReducePartials(int64_t n_red, StridedIndexer<1> kept, StridedIndexer<1> red,
+                               const T* in, AccT* partial, AccT init, Combine combine) {
+  extern __shared__ unsigned char shared[];
+  AccT* acc = reinterpret_cast<AccT*>(shared);
+  const int64_t o = blockIdx.x;
+  const int64_t parts = gridDim.y;
+  int64_t base[1];
+  kept.Offsets(o, base);
+  AccT a = init;
+  for (int64_t r = blockIdx.y * int64_t{blockDim.x} + threadIdx.x; r < n_red;
+       r += parts * blockDim.x) {
+    int64_t off[1];
+    red.Offsets(r, off);
+    a = combine(a, static_cast<AccT>(in[base[0] + off[0]]));
+  }
+  acc[threadIdx.x] = a;
+  CombineInBlock(acc, combine, /*along_y=*/false);
+  if (threadIdx.x == 0) partial[o * parts + blockIdx.y] = acc[0];
+}
+
 template <typename T, typename AccT, typename OutT, typename Combine, typename Finalize>
 void LaunchReduce(const Tensor& input, absl::Span<const bool> reduced, const Tensor& out,
                   AccT init, const Combine& combine, const Finalize& finalize) {
@@ -119,7 +146,26 @@ void LaunchReduce(const Tensor& input, absl::Span<const bool> reduced, const Ten
   const cudaStream_t stream = StreamOf(out);
   const T* const in = input.data<T>();
   OutT* const o = out.data<OutT>();
-  if (inner_reduced || n_out == 1) {
+  constexpr int64_t kSplitFrom = int64_t{1} << 16;  // elements per output worth splitting
+  if (n_out <= 1024 && n_red >= kSplitFrom) {
+    const int64_t parts = std::min<int64_t>(n_red / (kThreads * 16), 1024 / n_out + 1);
+    Allocator* device_memory = DeviceRegistry::Get().allocator(out.device());
+    const size_t bytes = static_cast<size_t>(n_out * parts) * sizeof(AccT);
+    AccT* partial = static_cast<AccT*>(device_memory->Allocate(bytes));
+    ReducePartials<T, AccT><<<dim3(n_out, parts), kThreads, kThreads * sizeof(AccT), stream>>>(
+        n_red, kept, red, in, partial, init, combine);
+    GS_CUDA_CHECK_LAUNCH("ReduceKernel");
+    // The partials of output o are contiguous: reduce [n_out, parts] along its last dimension.
+    const std::array<int64_t, 1> row_size{n_out}, row_stride{parts}, col_size{parts}, col_stride{1};
+    const StridedIndexer<1> rows = MakeIndexer<1>(row_size, {absl::Span<const int64_t>(row_stride)});
+    const StridedIndexer<1> cols = MakeIndexer<1>(col_size, {absl::Span<const int64_t>(col_stride)});
+    ReducePerBlock<AccT, AccT, OutT><<<BlocksFor(n_out, 1), kThreads, kThreads * sizeof(AccT),
+                                       stream>>>(n_out, parts, rows, cols, partial, o, init,
+                                                 combine, finalize);
+    GS_CUDA_CHECK_LAUNCH("ReduceKernel");
+    // Stream order makes the block safe to reuse once freed (Note [Caching allocator]).
+    device_memory->Deallocate(partial, bytes);
+  } else if (inner_reduced || n_out == 1) {
     int threads = 32;
     while (threads < kThreads && threads < n_red) threads *= 2;
     ReducePerBlock<T, AccT, OutT><<<BlocksFor(n_out, 1), threads, threads * sizeof(AccT), stream>>>(
