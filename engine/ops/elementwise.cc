@@ -11,6 +11,7 @@
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/saved_variable.h"
 #include "engine/ops/broadcast.h"
+#include "engine/ops/functors.h"
 #include "engine/ops/op_kernels.h"
 #include "engine/ops/op_registry.h"
 #include "engine/tensor/basic_kernels.h"
@@ -87,17 +88,29 @@ bool CanFuse(TensorRefs tensors) { return !ShouldRecordAny(tensors); }
 template <typename, typename T>
 using Same = T;
 
+// fn's result converted to T, the output's element type: the kernel of MapSameDType and
+// FusedGrad. It holds fn by value, as a functor sent to a GPU must
+// (Note [Kernels for every device]).
+template <typename T, typename Fn>
+struct CastResult {
+  Fn fn;
+  template <typename... V>
+  GS_HOST_DEVICE T operator()(V... v) const {
+    return static_cast<T>(fn(v...));
+  }
+};
+
 // A new tensor of `shape` in the dtype of the first input (all inputs share it), with
 // out = fn(inputs...) elementwise under broadcasting. kFloatingOnly instantiates fn for float
-// and double only (the caller has made sure the dtype is floating).
+// and double only (the caller has made sure the dtype is floating). fn is a functor struct
+// (Note [Kernels for every device]).
 template <bool kFloatingOnly, typename Fn, typename... Ts>
-Tensor MapSameDType(absl::Span<const int64_t> shape, Fn&& fn, const Ts&... ins) {
+Tensor MapSameDType(absl::Span<const int64_t> shape, const Fn& fn, const Ts&... ins) {
   const Tensor& first = std::get<0>(std::forward_as_tuple(ins...));
   Tensor out = Tensor::Empty(shape, first.dtype(), first.device());
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    MapKernel<T, Same<Ts, T>...>(
-        out, [&fn](Same<Ts, T>... v) -> T { return static_cast<T>(fn(v...)); }, ins...);
+    MapKernel<T, Same<Ts, T>...>(out, CastResult<T, Fn>{fn}, ins...);
   };
   if constexpr (kFloatingOnly) {
     DispatchFloating(first.dtype(), run);
@@ -111,13 +124,11 @@ Tensor MapSameDType(absl::Span<const int64_t> shape, Fn&& fn, const Ts&... ins) 
 // nothing else holds it (Note [Reusing the gradient's buffer]); each element is read before it
 // is written, at the same index.
 template <typename Fn, typename... Ts>
-Tensor FusedGrad(Fn&& fn, const Tensor& grad, const Ts&... saved) {
+Tensor FusedGrad(const Fn& fn, const Tensor& grad, const Ts&... saved) {
   if (!OwnedExclusively(grad)) return MapSameDType<true>(grad.shape(), fn, grad, saved...);
   DispatchFloating(grad.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    MapKernel<T, T, Same<Ts, T>...>(
-        grad, [&fn](T g, Same<Ts, T>... v) -> T { return static_cast<T>(fn(g, v...)); }, grad,
-        saved...);
+    MapKernel<T, T, Same<Ts, T>...>(grad, CastResult<T, Fn>{fn}, grad, saved...);
   });
   return grad;
 }
@@ -125,7 +136,7 @@ Tensor FusedGrad(Fn&& fn, const Tensor& grad, const Ts&... saved) {
 // A bool tensor of `shape`, pred(inputs...) elementwise (masks for backward formulas; they
 // carry no gradient).
 template <typename Pred, typename... Ts>
-Tensor Mask(absl::Span<const int64_t> shape, Pred&& pred, const Ts&... ins) {
+Tensor Mask(absl::Span<const int64_t> shape, const Pred& pred, const Ts&... ins) {
   const Tensor& first = std::get<0>(std::forward_as_tuple(ins...));
   Tensor out = Tensor::Empty(shape, DType::kBool, first.device());
   DispatchFloating(first.dtype(), [&](auto tag) {
@@ -142,10 +153,9 @@ Tensor Scale(const Tensor& g, double s) { return s == 1 ? g : mul(g, s); }
 
 // --- Checks and dtype handling ---
 
-void CheckInput(const char* op, const char* arg, const Tensor& t) {
-  RequireDefined(op, arg, t);
-  RequireHostMemory(op, t);
-}
+// Any device: every kernel here runs on GPUs too (Note [Kernels for every device]); the ops
+// with two or more operands check that they share one (RequireSameDevice).
+void CheckInput(const char* op, const char* arg, const Tensor& t) { RequireDefined(op, arg, t); }
 
 // input converted to a floating dtype for ops that are floating by nature; ints and bools
 // become float32 (they carry no gradient, so the conversion records nothing).
@@ -194,11 +204,20 @@ TensorList AddFormula(const ElementwiseBackward& n, const Tensor& g) {
   return r;
 }
 
+// v * s.
+struct ScaleBy {
+  double s;
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return v * static_cast<T>(s);
+  }
+};
+
 // g * scalars[0]: the scalar forms of add, sub, rsub, mul.
 TensorList ScaleFormula(const ElementwiseBackward& n, const Tensor& g) {
   const double s = n.scalars[0];
   if (s == 1 || !CanFuse({g}) || !IsFloating(g.dtype())) return {Scale(g, s)};
-  return {FusedGrad([s](auto gv) { return gv * static_cast<decltype(gv)>(s); }, g)};
+  return {FusedGrad(ScaleBy{s}, g)};
 }
 
 }  // namespace
@@ -206,6 +225,41 @@ TensorList ScaleFormula(const ElementwiseBackward& n, const Tensor& g) {
 // --- add, sub, rsub ---
 
 namespace {
+
+struct Plus {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+
+// a + alpha * b.
+struct PlusScaled {
+  double alpha;
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T a, T b) const {
+    return a + static_cast<T>(alpha) * b;
+  }
+};
+
+// v + shift.
+struct Shift {
+  double shift;
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return v + static_cast<T>(shift);
+  }
+};
+
+// scale * v + shift.
+struct Affine {
+  double scale;
+  double shift;
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return static_cast<T>(scale) * v + static_cast<T>(shift);
+  }
+};
 
 Tensor AddImpl(const char* op, const char* node_name, const Tensor& input, const Tensor& other,
                double alpha) {
@@ -216,13 +270,8 @@ Tensor AddImpl(const char* op, const char* node_name, const Tensor& input, const
         .To(DType::kBool);
   }
   CheckIntegralAlpha(op, p.dtype, alpha);
-  Tensor out =
-      alpha == 1 ? MapSameDType<false>(
-                       p.shape, [](auto a, auto b) { return a + b; }, p.input, p.other)
-                 : MapSameDType<false>(
-                       p.shape,
-                       [alpha](auto a, auto b) { return a + static_cast<decltype(a)>(alpha) * b; },
-                       p.input, p.other);
+  Tensor out = alpha == 1 ? MapSameDType<false>(p.shape, Plus{}, p.input, p.other)
+                          : MapSameDType<false>(p.shape, PlusScaled{alpha}, p.input, p.other);
   if (auto node = Record(out, {p.input, p.other}, node_name, &AddFormula)) {
     node->scalars[0] = alpha;
     node->shapes = {p.input.shape(), p.other.shape()};
@@ -234,16 +283,8 @@ Tensor AddImpl(const char* op, const char* node_name, const Tensor& input, const
 Tensor AffineScalar(const char* op, const char* node_name, const Tensor& input, double scale,
                     double shift) {
   Tensor x = WithFloatScalar(op, input);
-  Tensor out = scale == 1 ? MapSameDType<true>(
-                                x.shape(),
-                                [shift](auto v) { return v + static_cast<decltype(v)>(shift); }, x)
-                          : MapSameDType<true>(
-                                x.shape(),
-                                [scale, shift](auto v) {
-                                  using T = decltype(v);
-                                  return static_cast<T>(scale) * v + static_cast<T>(shift);
-                                },
-                                x);
+  Tensor out = scale == 1 ? MapSameDType<true>(x.shape(), Shift{shift}, x)
+                          : MapSameDType<true>(x.shape(), Affine{scale, shift}, x);
   if (auto node = Record(out, {x}, node_name, &ScaleFormula)) node->scalars[0] = scale;
   return out;
 }
@@ -278,6 +319,13 @@ Tensor rsub(const Tensor& input, double other, double alpha) {
 
 namespace {
 
+struct Times {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T a, T b) const {
+    return a * b;
+  }
+};
+
 // saved: 0 input, 1 other (each saved only if the other's gradient is needed).
 TensorList MulFormula(const ElementwiseBackward& n, const Tensor& g) {
   TensorList r(2);
@@ -294,8 +342,7 @@ Tensor mul(const Tensor& input, const Tensor& other) {
     // bool * bool is logical and.
     return mul(input.To(DType::kInt64), other.To(DType::kInt64)).To(DType::kBool);
   }
-  Tensor out = MapSameDType<false>(
-      p.shape, [](auto a, auto b) { return a * b; }, p.input, p.other);
+  Tensor out = MapSameDType<false>(p.shape, Times{}, p.input, p.other);
   if (auto node = Record(out, {p.input, p.other}, "MulBackward0", &MulFormula)) {
     if (node->Needs(1)) node->saved[0] = SavedVariable(p.input, false);
     if (node->Needs(0)) node->saved[1] = SavedVariable(p.other, false);
@@ -312,6 +359,14 @@ Tensor mul(const Tensor& input, double other) {
 
 namespace {
 
+// The gradient of a / b with respect to b: -g * a / b^2.
+struct DivOtherGrad {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T gv, T a, T b) const {
+    return -gv * a / (b * b);
+  }
+};
+
 // saved: 0 input, 1 other.
 TensorList DivFormula(const ElementwiseBackward& n, const Tensor& g) {
   TensorList r(2);
@@ -320,15 +375,22 @@ TensorList DivFormula(const ElementwiseBackward& n, const Tensor& g) {
   if (n.Needs(1)) {
     const Tensor input = n.Saved(0);
     const Shape shape = BroadcastShapesOrThrow("div", g.shape(), other.shape());
-    Tensor d =
-        CanFuse({g, input, other})
-            ? MapSameDType<true>(
-                  shape, [](auto gv, auto a, auto b) { return -gv * a / (b * b); }, g, input, other)
-            : neg(div(mul(g, input), mul(other, other)));
+    Tensor d = CanFuse({g, input, other})
+                   ? MapSameDType<true>(shape, DivOtherGrad{}, g, input, other)
+                   : neg(div(mul(g, input), mul(other, other)));
     r[1] = sum_to(d, n.shapes[1]);
   }
   return r;
 }
+
+// v / divisor.
+struct DivideBy {
+  double divisor;
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return v / static_cast<T>(divisor);
+  }
+};
 
 // scalars[0]: the divisor.
 TensorList DivScalarFormula(const ElementwiseBackward& n, const Tensor& g) {
@@ -344,8 +406,7 @@ Tensor div(const Tensor& input, const Tensor& other) {
   const bool integral = !IsFloating(ResultType({&input, &other}));
   Promoted p = integral ? Promote("div", "input", AsFloating(input), "other", AsFloating(other))
                         : Promote("div", "input", input, "other", other);
-  Tensor out = MapSameDType<true>(
-      p.shape, [](auto a, auto b) { return a / b; }, p.input, p.other);
+  Tensor out = MapSameDType<true>(p.shape, Divide{}, p.input, p.other);
   if (auto node = Record(out, {p.input, p.other}, "DivBackward0", &DivFormula)) {
     if (node->Needs(1)) node->saved[0] = SavedVariable(p.input, false);
     node->saved[1] = SavedVariable(p.other, false);
@@ -356,8 +417,7 @@ Tensor div(const Tensor& input, const Tensor& other) {
 
 Tensor div(const Tensor& input, double other) {
   Tensor x = WithFloatScalar("div", input);
-  Tensor out = MapSameDType<true>(
-      x.shape(), [other](auto v) { return v / static_cast<decltype(v)>(other); }, x);
+  Tensor out = MapSameDType<true>(x.shape(), DivideBy{other}, x);
   if (auto node = Record(out, {x}, "DivBackward0", &DivScalarFormula)) node->scalars[0] = other;
   return out;
 }
@@ -367,7 +427,7 @@ Tensor div(const Tensor& input, double other) {
 namespace {
 
 // Integer power by squaring; exponent >= 0. Wraps around on overflow as PyTorch's does.
-int64_t IntPow(int64_t base, int64_t exponent) {
+GS_HOST_DEVICE int64_t IntPow(int64_t base, int64_t exponent) {
   uint64_t result = 1;
   uint64_t b = static_cast<uint64_t>(base);
   for (uint64_t e = static_cast<uint64_t>(exponent); e != 0; e >>= 1) {
@@ -377,16 +437,66 @@ int64_t IntPow(int64_t base, int64_t exponent) {
   return static_cast<int64_t>(result);
 }
 
+// a ** b: IntPow for integers.
+struct Power {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T>) {
+      return IntPow(a, b);
+    } else {
+      return std::pow(a, b);
+    }
+  }
+};
+
+// The smaller of the accumulator and v: ReduceKernel's combine for a minimum.
+struct MinOf {
+  template <typename Acc, typename V>
+  GS_HOST_DEVICE Acc operator()(Acc acc, V v) const {
+    return v < acc ? static_cast<Acc>(v) : acc;
+  }
+};
+
+// Whether an int64 tensor holds a negative element: the minimum of 0 and its elements, reduced
+// on the tensor's device, is negative. Reading that one element back waits for a GPU.
 bool AnyNegative(const Tensor& t) {
-  bool any = false;
-  const int64_t* data = t.data<int64_t>();
-  ForEachRow<1>(
-      t.shape(), {absl::Span<const int64_t>(t.strides())},
-      [&](const std::array<int64_t, 1>& off, const std::array<int64_t, 1>& step, int64_t count) {
-        for (int64_t j = 0; j < count; ++j) any |= data[off[0] + j * step[0]] < 0;
-      });
-  return any;
+  Tensor least = Tensor::Empty({}, DType::kInt64, t.device());
+  const absl::InlinedVector<bool, 6> all(t.dim(), true);
+  ReduceKernel<int64_t, int64_t, int64_t>(t, all, least, int64_t{0}, MinOf{}, CastTo<int64_t>{});
+  return least.item() < 0;
 }
+
+// No gradient to pow's input where the exponent is 0.
+struct ZeroExponent {
+  template <typename T>
+  GS_HOST_DEVICE bool operator()(T e) const {
+    return e == 0;
+  }
+};
+
+// The gradient of x ** e with respect to x: g * e * x ** (e - 1).
+struct PowInputGrad {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T gv, T xv, T ev) const {
+    return ZeroExponent{}(ev) ? T(0) : gv * ev * std::pow(xv, ev - 1);
+  }
+};
+
+// No gradient to pow's exponent where the input is 0 and the exponent >= 0.
+struct ZeroBase {
+  template <typename T>
+  GS_HOST_DEVICE bool operator()(T x, T e) const {
+    return x == 0 && e >= 0;
+  }
+};
+
+// The gradient of x ** e with respect to e: g * y * log(x), y = x ** e.
+struct PowExponentGrad {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T gv, T xv, T ev, T yv) const {
+    return ZeroBase{}(xv, ev) ? T(0) : gv * yv * std::log(xv);
+  }
+};
 
 // saved: 0 input, 1 exponent, 2 result. As PyTorch: no gradient to the input where the
 // exponent is 0, none to the exponent where the input is 0 and the exponent >= 0.
@@ -395,32 +505,18 @@ TensorList PowFormula(const ElementwiseBackward& n, const Tensor& g) {
   const Tensor x = n.Saved(0);
   const Tensor e = n.Saved(1);
   if (n.Needs(0)) {
-    Tensor d = CanFuse({g, x, e}) ? MapSameDType<true>(
-                                        g.shape(),
-                                        [](auto gv, auto xv, auto ev) {
-                                          using T = decltype(gv);
-                                          return ev == 0 ? T(0) : gv * ev * std::pow(xv, ev - 1);
-                                        },
-                                        g, x, e)
-                                  : where(Mask(
-                                              g.shape(), [](auto ev) { return ev == 0; }, e),
-                                          ZeroLike0d(g), mul(mul(g, e), pow(x, sub(e, 1.0))));
+    Tensor d = CanFuse({g, x, e}) ? MapSameDType<true>(g.shape(), PowInputGrad{}, g, x, e)
+                                  : where(Mask(g.shape(), ZeroExponent{}, e), ZeroLike0d(g),
+                                          mul(mul(g, e), pow(x, sub(e, 1.0))));
     r[0] = sum_to(d, n.shapes[0]);
   }
   if (n.Needs(1)) {
     const Tensor y = n.Saved(2);
     Tensor d;
     if (CanFuse({g, x, e, y})) {
-      d = MapSameDType<true>(
-          g.shape(),
-          [](auto gv, auto xv, auto ev, auto yv) {
-            using T = decltype(gv);
-            return xv == 0 && ev >= 0 ? T(0) : gv * yv * std::log(xv);
-          },
-          g, x, e, y);
+      d = MapSameDType<true>(g.shape(), PowExponentGrad{}, g, x, e, y);
     } else {
-      Tensor mask = Mask(
-          g.shape(), [](auto xv, auto ev) { return xv == 0 && ev >= 0; }, x, e);
+      Tensor mask = Mask(g.shape(), ZeroBase{}, x, e);
       d = mul(g, where(mask, ZeroLike0d(g), mul(y, log(x))));
     }
     r[1] = sum_to(d, n.shapes[1]);
@@ -428,21 +524,41 @@ TensorList PowFormula(const ElementwiseBackward& n, const Tensor& g) {
   return r;
 }
 
+// The gradient of x ** e for a scalar e: g * e * x ** (e - 1).
+struct PowScalarGrad {
+  double e;
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T gv, T xv) const {
+    return gv * static_cast<T>(e) * std::pow(xv, static_cast<T>(e - 1));
+  }
+};
+
 // saved: 0 input; scalars[0]: the exponent.
 TensorList PowScalarFormula(const ElementwiseBackward& n, const Tensor& g) {
   const double e = n.scalars[0];
   if (e == 0) return {Tensor::Zeros(g.shape(), g.dtype(), g.device())};
   const Tensor x = n.Saved(0);
   if (CanFuse({g, x})) {
-    return {FusedGrad(
-        [e](auto gv, auto xv) {
-          using T = decltype(gv);
-          return gv * static_cast<T>(e) * std::pow(xv, static_cast<T>(e - 1));
-        },
-        g, x)};
+    return {FusedGrad(PowScalarGrad{e}, g, x)};
   }
   return {mul(g, mul(pow(x, e - 1), e))};
 }
+
+struct Square {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return v * v;
+  }
+};
+
+// v ** exponent.
+struct PowScalar {
+  double exponent;
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return std::pow(v, static_cast<T>(exponent));
+  }
+};
 
 }  // namespace
 
@@ -453,16 +569,7 @@ Tensor pow(const Tensor& input, const Tensor& exponent) {
   if (p.dtype == DType::kInt64) {
     GS_CHECK_ARG(!AnyNegative(p.other), "pow: integers to negative integer powers are not allowed");
   }
-  Tensor out = MapSameDType<false>(
-      p.shape,
-      [](auto a, auto b) {
-        if constexpr (std::is_integral_v<decltype(a)>) {
-          return IntPow(a, b);
-        } else {
-          return std::pow(a, b);
-        }
-      },
-      p.input, p.other);
+  Tensor out = MapSameDType<false>(p.shape, Power{}, p.input, p.other);
   if (auto node = Record(out, {p.input, p.other}, "PowBackward1", &PowFormula)) {
     node->saved[0] = SavedVariable(p.input, false);
     node->saved[1] = SavedVariable(p.other, false);
@@ -475,13 +582,8 @@ Tensor pow(const Tensor& input, const Tensor& exponent) {
 Tensor pow(const Tensor& input, double exponent) {
   RequireNotBool("pow", "input", input);
   Tensor x = WithFloatScalar("pow", input);
-  Tensor out =
-      exponent == 2
-          ? MapSameDType<true>(
-                x.shape(), [](auto v) { return v * v; }, x)
-          : MapSameDType<true>(
-                x.shape(),
-                [exponent](auto v) { return std::pow(v, static_cast<decltype(v)>(exponent)); }, x);
+  Tensor out = exponent == 2 ? MapSameDType<true>(x.shape(), Square{}, x)
+                             : MapSameDType<true>(x.shape(), PowScalar{exponent}, x);
   if (auto node = Record(out, {x}, "PowBackward0", &PowScalarFormula)) {
     node->saved[0] = SavedVariable(x, false);
     node->scalars[0] = exponent;
@@ -501,7 +603,7 @@ enum class Save { kNothing, kInput, kResult };
 // parameters set its scalars).
 template <bool kFloating, typename Fn>
 Tensor Unary(const char* op, const char* node_name, Formula formula, Save save, const Tensor& input,
-             Fn&& fn, std::shared_ptr<ElementwiseBackward>* node_out = nullptr) {
+             const Fn& fn, std::shared_ptr<ElementwiseBackward>* node_out = nullptr) {
   CheckInput(op, "input", input);
   if constexpr (!kFloating) RequireNotBool(op, "input", input);
   const Tensor x = kFloating ? AsFloating(input) : input;
@@ -516,17 +618,18 @@ Tensor Unary(const char* op, const char* node_name, Formula formula, Save save, 
 
 TensorList NegFormula(const ElementwiseBackward&, const Tensor& g) { return {neg(g)}; }
 
+// g * sign(x).
+struct AbsGrad {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T gv, T xv) const {
+    return xv > 0 ? gv : (xv < 0 ? -gv : T(0));
+  }
+};
+
 // saved[0]: input.
 TensorList AbsFormula(const ElementwiseBackward& n, const Tensor& g) {
   const Tensor x = n.Saved(0);
-  if (CanFuse({g, x})) {
-    return {FusedGrad(
-        [](auto gv, auto xv) {
-          using T = decltype(gv);
-          return xv > 0 ? gv : (xv < 0 ? -gv : T(0));
-        },
-        g, x)};
-  }
+  if (CanFuse({g, x})) return {FusedGrad(AbsGrad{}, g, x)};
   // sign(x) keeps the gradient connected to x (with derivative zero), as PyTorch's does.
   return {mul(g, sign(x))};
 }
@@ -545,98 +648,121 @@ TensorList LogFormula(const ElementwiseBackward& n, const Tensor& g) {
   return {div(g, n.Saved(0))};
 }
 
+// g / (2 y), y = sqrt(x).
+struct SqrtGrad {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T gv, T yv) const {
+    return gv / (yv + yv);
+  }
+};
+
 // saved[0]: result.
 TensorList SqrtFormula(const ElementwiseBackward& n, const Tensor& g) {
   const Tensor y = n.Saved(0);
-  if (CanFuse({g, y})) return {FusedGrad([](auto gv, auto yv) { return gv / (yv + yv); }, g, y)};
+  if (CanFuse({g, y})) return {FusedGrad(SqrtGrad{}, g, y)};
   return {div(g, mul(y, 2.0))};
 }
 
-// saved[0]: result. d/dx x^(-1/2) = -x^(-3/2) / 2 = -y^3 / 2.
+// d/dx x^(-1/2) = -x^(-3/2) / 2 = -y^3 / 2.
+struct RsqrtGrad {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T gv, T yv) const {
+    return T(-0.5) * gv * yv * yv * yv;
+  }
+};
+
+// saved[0]: result.
 TensorList RsqrtFormula(const ElementwiseBackward& n, const Tensor& g) {
   const Tensor y = n.Saved(0);
-  if (CanFuse({g, y})) {
-    return {FusedGrad(
-        [](auto gv, auto yv) {
-          using T = decltype(gv);
-          return T(-0.5) * gv * yv * yv * yv;
-        },
-        g, y)};
-  }
+  if (CanFuse({g, y})) return {FusedGrad(RsqrtGrad{}, g, y)};
   return {mul(g, mul(pow(y, 3.0), -0.5))};
 }
+
+struct SinGrad {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T gv, T xv) const {
+    return gv * std::cos(xv);
+  }
+};
 
 // saved[0]: input.
 TensorList SinFormula(const ElementwiseBackward& n, const Tensor& g) {
   const Tensor x = n.Saved(0);
-  if (CanFuse({g, x})) {
-    return {FusedGrad([](auto gv, auto xv) { return gv * std::cos(xv); }, g, x)};
-  }
+  if (CanFuse({g, x})) return {FusedGrad(SinGrad{}, g, x)};
   return {mul(g, cos(x))};
 }
+
+struct CosGrad {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T gv, T xv) const {
+    return -gv * std::sin(xv);
+  }
+};
 
 // saved[0]: input.
 TensorList CosFormula(const ElementwiseBackward& n, const Tensor& g) {
   const Tensor x = n.Saved(0);
-  if (CanFuse({g, x})) {
-    return {FusedGrad([](auto gv, auto xv) { return -gv * std::sin(xv); }, g, x)};
-  }
+  if (CanFuse({g, x})) return {FusedGrad(CosGrad{}, g, x)};
   return {mul(g, neg(sin(x)))};
 }
+
+// g * (1 - y^2), y = tanh(x).
+struct TanhGrad {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T gv, T yv) const {
+    return gv * (T(1) - yv * yv);
+  }
+};
 
 // saved[0]: result.
 TensorList TanhFormula(const ElementwiseBackward& n, const Tensor& g) {
   const Tensor y = n.Saved(0);
-  if (CanFuse({g, y})) {
-    return {FusedGrad(
-        [](auto gv, auto yv) {
-          using T = decltype(gv);
-          return gv * (T(1) - yv * yv);
-        },
-        g, y)};
-  }
+  if (CanFuse({g, y})) return {FusedGrad(TanhGrad{}, g, y)};
   return {mul(g, rsub(mul(y, y), 1))};
 }
+
+// g * y * (1 - y), y = sigmoid(x).
+struct SigmoidGrad {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T gv, T yv) const {
+    return gv * yv * (T(1) - yv);
+  }
+};
 
 // saved[0]: result.
 TensorList SigmoidFormula(const ElementwiseBackward& n, const Tensor& g) {
   const Tensor y = n.Saved(0);
-  if (CanFuse({g, y})) {
-    return {FusedGrad(
-        [](auto gv, auto yv) {
-          using T = decltype(gv);
-          return gv * yv * (T(1) - yv);
-        },
-        g, y)};
-  }
+  if (CanFuse({g, y})) return {FusedGrad(SigmoidGrad{}, g, y)};
   return {mul(g, mul(y, rsub(y, 1)))};
 }
 
-// saved[0]: input. d/dx erf(x) = 2 / sqrt(pi) * exp(-x^2).
+// d/dx erf(x) = 2 / sqrt(pi) * exp(-x^2).
+struct ErfGrad {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T gv, T xv) const {
+    return gv * T(2 / kSqrtPi) * std::exp(-xv * xv);
+  }
+};
+
+// saved[0]: input.
 TensorList ErfFormula(const ElementwiseBackward& n, const Tensor& g) {
   const Tensor x = n.Saved(0);
-  if (CanFuse({g, x})) {
-    return {FusedGrad(
-        [](auto gv, auto xv) {
-          using T = decltype(gv);
-          return gv * T(2 / kSqrtPi) * std::exp(-xv * xv);
-        },
-        g, x)};
-  }
+  if (CanFuse({g, x})) return {FusedGrad(ErfGrad{}, g, x)};
   return {mul(g, mul(exp(mul(mul(x, x), -1.0)), 2 / kSqrtPi))};
 }
+
+// g where y = relu(x) > 0, else 0.
+struct ReluGrad {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T gv, T yv) const {
+    return yv > 0 ? gv : T(0);
+  }
+};
 
 // saved[0]: result.
 TensorList ReluFormula(const ElementwiseBackward& n, const Tensor& g) {
   const Tensor y = n.Saved(0);
-  if (CanFuse({g, y})) {
-    return {FusedGrad(
-        [](auto gv, auto yv) {
-          using T = decltype(gv);
-          return yv > 0 ? gv : T(0);
-        },
-        g, y)};
-  }
+  if (CanFuse({g, y})) return {FusedGrad(ReluGrad{}, g, y)};
   // y >= 0, so sign(y) is the 0/1 mask; through sign it stays connected to y.
   return {mul(g, sign(y))};
 }
@@ -645,7 +771,7 @@ enum GeluApproximation { kGeluNone = 0, kGeluTanh = 1 };
 
 // The derivative of gelu at x.
 template <typename T>
-T GeluDerivative(T x, int approximation) {
+GS_HOST_DEVICE T GeluDerivative(T x, int approximation) {
   if (approximation == kGeluTanh) {
     const T x2 = x * x;
     const T t = std::tanh(T(kGeluTanhK) * (x + T(kGeluTanhC) * x2 * x));
@@ -657,16 +783,20 @@ T GeluDerivative(T x, int approximation) {
   return cdf + x * pdf;
 }
 
+struct GeluGrad {
+  int approximation;
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T gv, T xv) const {
+    return gv * GeluDerivative(xv, approximation);
+  }
+};
+
 // saved[0]: input; variant: the approximation. The composite form is GeluDerivative written
 // with differentiable ops.
 TensorList GeluFormula(const ElementwiseBackward& n, const Tensor& g) {
   const Tensor x = n.Saved(0);
   const int approximation = n.variant;
-  if (CanFuse({g, x})) {
-    return {FusedGrad(
-        [approximation](auto gv, auto xv) { return gv * GeluDerivative(xv, approximation); }, g,
-        x)};
-  }
+  if (CanFuse({g, x})) return {FusedGrad(GeluGrad{approximation}, g, x)};
   if (approximation == kGeluTanh) {
     const Tensor x2 = mul(x, x);
     const Tensor t = tanh(mul(add(x, mul(mul(x2, x), kGeluTanhC)), kGeluTanhK));
@@ -680,121 +810,254 @@ TensorList GeluFormula(const ElementwiseBackward& n, const Tensor& g) {
   return {mul(g, add(cdf, mul(x, pdf)))};
 }
 
+// Where softplus is linear (its result is its input): beta * x > threshold.
+struct SoftplusLinear {
+  double beta;
+  double threshold;
+  template <typename T>
+  GS_HOST_DEVICE bool operator()(T v) const {
+    return v * static_cast<T>(beta) > static_cast<T>(threshold);
+  }
+};
+
+// g, or g * sigmoid(beta * x) where softplus is not linear.
+struct SoftplusGrad {
+  SoftplusLinear linear;
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T gv, T xv) const {
+    return linear(xv) ? gv : gv / (T(1) + std::exp(-xv * static_cast<T>(linear.beta)));
+  }
+};
+
 // saved[0]: input; scalars: beta, threshold.
 TensorList SoftplusFormula(const ElementwiseBackward& n, const Tensor& g) {
   const Tensor x = n.Saved(0);
-  const double beta = n.scalars[0];
-  const double threshold = n.scalars[1];
-  if (CanFuse({g, x})) {
-    return {FusedGrad(
-        [beta, threshold](auto gv, auto xv) {
-          using T = decltype(gv);
-          const T bx = xv * static_cast<T>(beta);
-          return bx > static_cast<T>(threshold) ? gv : gv / (T(1) + std::exp(-bx));
-        },
-        g, x)};
-  }
-  const Tensor linear = Mask(
-      x.shape(),
-      [beta, threshold](auto v) {
-        using T = decltype(v);
-        return v * static_cast<T>(beta) > static_cast<T>(threshold);
-      },
-      x);
+  const SoftplusLinear is_linear{n.scalars[0], n.scalars[1]};
+  if (CanFuse({g, x})) return {FusedGrad(SoftplusGrad{is_linear}, g, x)};
+  const double beta = is_linear.beta;
+  const Tensor linear = Mask(x.shape(), is_linear, x);
   return {where(linear, g, mul(g, sigmoid(mul(x, beta))))};
 }
+
+// Where clamp passes its input through (and its gradient back): lo <= x <= hi.
+struct ClampInside {
+  double lo;
+  double hi;
+  template <typename T>
+  GS_HOST_DEVICE bool operator()(T v) const {
+    return v >= static_cast<T>(lo) && v <= static_cast<T>(hi);
+  }
+};
+
+struct ClampGrad {
+  ClampInside inside;
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T gv, T xv) const {
+    return inside(xv) ? gv : T(0);
+  }
+};
 
 // saved[0]: input; scalars: min, max (-inf / inf when not given).
 TensorList ClampFormula(const ElementwiseBackward& n, const Tensor& g) {
   const Tensor x = n.Saved(0);
-  const double lo = n.scalars[0];
-  const double hi = n.scalars[1];
-  if (CanFuse({g, x})) {
-    return {FusedGrad(
-        [lo, hi](auto gv, auto xv) {
-          using T = decltype(gv);
-          return xv >= static_cast<T>(lo) && xv <= static_cast<T>(hi) ? gv : T(0);
-        },
-        g, x)};
-  }
-  const Tensor inside = Mask(
-      x.shape(),
-      [lo, hi](auto v) {
-        using T = decltype(v);
-        return v >= static_cast<T>(lo) && v <= static_cast<T>(hi);
-      },
-      x);
-  return {where(inside, g, ZeroLike0d(g))};
+  const ClampInside inside{n.scalars[0], n.scalars[1]};
+  if (CanFuse({g, x})) return {FusedGrad(ClampGrad{inside}, g, x)};
+  return {where(Mask(x.shape(), inside, x), g, ZeroLike0d(g))};
 }
+
+// The forward functors of the unary ops, one per op.
+
+struct Negate {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return -v;
+  }
+};
+
+struct SignOf {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return static_cast<T>((v > T(0)) - (v < T(0)));
+  }
+};
+
+struct AbsOf {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return v < 0 ? -v : v;
+  }
+};
+
+struct ExpOf {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return std::exp(v);
+  }
+};
+
+struct LogOf {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return std::log(v);
+  }
+};
+
+struct SqrtOf {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return std::sqrt(v);
+  }
+};
+
+struct RsqrtOf {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return T(1) / std::sqrt(v);
+  }
+};
+
+struct SinOf {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return std::sin(v);
+  }
+};
+
+struct CosOf {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return std::cos(v);
+  }
+};
+
+struct TanhOf {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return std::tanh(v);
+  }
+};
+
+struct SigmoidOf {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return T(1) / (T(1) + std::exp(-v));
+  }
+};
+
+struct ErfOf {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return std::erf(v);
+  }
+};
+
+// `v < 0 ? 0 : v` keeps NaN, as PyTorch's relu does.
+struct ReluOf {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return v < 0 ? T(0) : v;
+  }
+};
+
+// gelu with approximate='tanh'.
+struct GeluTanh {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return T(0.5) * v * (T(1) + std::tanh(T(kGeluTanhK) * (v + T(kGeluTanhC) * v * v * v)));
+  }
+};
+
+// gelu with approximate='none': v * Phi(v), Phi the standard normal CDF.
+struct GeluErf {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    return T(0.5) * v * (T(1) + std::erf(v * T(1 / kSqrt2)));
+  }
+};
+
+struct Softplus {
+  SoftplusLinear linear;
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    const T beta = static_cast<T>(linear.beta);
+    return linear(v) ? v : std::log1p(std::exp(v * beta)) / beta;
+  }
+};
+
+// clamp of int64 by integral bounds, which stays int64.
+struct ClampInt {
+  int64_t lo;
+  int64_t hi;
+  GS_HOST_DEVICE int64_t operator()(int64_t v) const {
+    const int64_t low = v < lo ? lo : v;
+    return low > hi ? hi : low;
+  }
+};
+
+struct Clamp {
+  double lo;
+  double hi;
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T v) const {
+    // Applying max last makes min > max give max everywhere, as in PyTorch; NaN stays.
+    const T low = v < static_cast<T>(lo) ? static_cast<T>(lo) : v;
+    return low > static_cast<T>(hi) ? static_cast<T>(hi) : low;
+  }
+};
 
 }  // namespace
 
 Tensor neg(const Tensor& input) {
-  return Unary<false>("neg", "NegBackward0", &NegFormula, Save::kNothing, input,
-                      [](auto v) { return -v; });
+  return Unary<false>("neg", "NegBackward0", &NegFormula, Save::kNothing, input, Negate{});
 }
 
 Tensor sign(const Tensor& input) {
-  return Unary<false>("sign", "SignBackward0", &SignFormula, Save::kNothing, input, [](auto v) {
-    using T = decltype(v);
-    return static_cast<T>((v > T(0)) - (v < T(0)));
-  });
+  return Unary<false>("sign", "SignBackward0", &SignFormula, Save::kNothing, input, SignOf{});
 }
 
 Tensor abs(const Tensor& input) {
-  return Unary<false>("abs", "AbsBackward0", &AbsFormula, Save::kInput, input,
-                      [](auto v) { return v < 0 ? -v : v; });
+  return Unary<false>("abs", "AbsBackward0", &AbsFormula, Save::kInput, input, AbsOf{});
 }
 
 Tensor exp(const Tensor& input) {
-  return Unary<true>("exp", "ExpBackward0", &ExpFormula, Save::kResult, input,
-                     [](auto v) { return std::exp(v); });
+  return Unary<true>("exp", "ExpBackward0", &ExpFormula, Save::kResult, input, ExpOf{});
 }
 
 Tensor log(const Tensor& input) {
-  return Unary<true>("log", "LogBackward0", &LogFormula, Save::kInput, input,
-                     [](auto v) { return std::log(v); });
+  return Unary<true>("log", "LogBackward0", &LogFormula, Save::kInput, input, LogOf{});
 }
 
 Tensor sqrt(const Tensor& input) {
-  return Unary<true>("sqrt", "SqrtBackward0", &SqrtFormula, Save::kResult, input,
-                     [](auto v) { return std::sqrt(v); });
+  return Unary<true>("sqrt", "SqrtBackward0", &SqrtFormula, Save::kResult, input, SqrtOf{});
 }
 
 Tensor rsqrt(const Tensor& input) {
-  return Unary<true>("rsqrt", "RsqrtBackward0", &RsqrtFormula, Save::kResult, input,
-                     [](auto v) { return decltype(v)(1) / std::sqrt(v); });
+  return Unary<true>("rsqrt", "RsqrtBackward0", &RsqrtFormula, Save::kResult, input, RsqrtOf{});
 }
 
 Tensor sin(const Tensor& input) {
-  return Unary<true>("sin", "SinBackward0", &SinFormula, Save::kInput, input,
-                     [](auto v) { return std::sin(v); });
+  return Unary<true>("sin", "SinBackward0", &SinFormula, Save::kInput, input, SinOf{});
 }
 
 Tensor cos(const Tensor& input) {
-  return Unary<true>("cos", "CosBackward0", &CosFormula, Save::kInput, input,
-                     [](auto v) { return std::cos(v); });
+  return Unary<true>("cos", "CosBackward0", &CosFormula, Save::kInput, input, CosOf{});
 }
 
 Tensor tanh(const Tensor& input) {
-  return Unary<true>("tanh", "TanhBackward0", &TanhFormula, Save::kResult, input,
-                     [](auto v) { return std::tanh(v); });
+  return Unary<true>("tanh", "TanhBackward0", &TanhFormula, Save::kResult, input, TanhOf{});
 }
 
 Tensor sigmoid(const Tensor& input) {
   return Unary<true>("sigmoid", "SigmoidBackward0", &SigmoidFormula, Save::kResult, input,
-                     [](auto v) { return decltype(v)(1) / (decltype(v)(1) + std::exp(-v)); });
+                     SigmoidOf{});
 }
 
 Tensor erf(const Tensor& input) {
-  return Unary<true>("erf", "ErfBackward0", &ErfFormula, Save::kInput, input,
-                     [](auto v) { return std::erf(v); });
+  return Unary<true>("erf", "ErfBackward0", &ErfFormula, Save::kInput, input, ErfOf{});
 }
 
 Tensor relu(const Tensor& input) {
-  // `v < 0 ? 0 : v` keeps NaN, as PyTorch's relu does.
-  return Unary<false>("relu", "ReluBackward0", &ReluFormula, Save::kResult, input,
-                      [](auto v) { return v < 0 ? decltype(v)(0) : v; });
+  return Unary<false>("relu", "ReluBackward0", &ReluFormula, Save::kResult, input, ReluOf{});
 }
 
 Tensor gelu(const Tensor& input, absl::string_view approximate) {
@@ -802,38 +1065,18 @@ Tensor gelu(const Tensor& input, absl::string_view approximate) {
                "gelu: approximate must be 'none' or 'tanh', got '", approximate, "'");
   const int approximation = approximate == "tanh" ? kGeluTanh : kGeluNone;
   std::shared_ptr<ElementwiseBackward> node;
-  Tensor out;
-  if (approximation == kGeluTanh) {
-    out = Unary<true>(
-        "gelu", "GeluBackward0", &GeluFormula, Save::kInput, input,
-        [](auto v) {
-          using T = decltype(v);
-          return T(0.5) * v * (T(1) + std::tanh(T(kGeluTanhK) * (v + T(kGeluTanhC) * v * v * v)));
-        },
-        &node);
-  } else {
-    out = Unary<true>(
-        "gelu", "GeluBackward0", &GeluFormula, Save::kInput, input,
-        [](auto v) {
-          using T = decltype(v);
-          return T(0.5) * v * (T(1) + std::erf(v * T(1 / kSqrt2)));
-        },
-        &node);
-  }
+  Tensor out = approximation == kGeluTanh ? Unary<true>("gelu", "GeluBackward0", &GeluFormula,
+                                                        Save::kInput, input, GeluTanh{}, &node)
+                                          : Unary<true>("gelu", "GeluBackward0", &GeluFormula,
+                                                        Save::kInput, input, GeluErf{}, &node);
   if (node) node->variant = approximation;
   return out;
 }
 
 Tensor softplus(const Tensor& input, double beta, double threshold) {
   std::shared_ptr<ElementwiseBackward> node;
-  Tensor out = Unary<true>(
-      "softplus", "SoftplusBackward0", &SoftplusFormula, Save::kInput, input,
-      [beta, threshold](auto v) {
-        using T = decltype(v);
-        const T bx = v * static_cast<T>(beta);
-        return bx > static_cast<T>(threshold) ? v : std::log1p(std::exp(bx)) / static_cast<T>(beta);
-      },
-      &node);
+  Tensor out = Unary<true>("softplus", "SoftplusBackward0", &SoftplusFormula, Save::kInput, input,
+                           Softplus{{beta, threshold}}, &node);
   if (node) node->scalars = {beta, threshold};
   return out;
 }
@@ -850,19 +1093,11 @@ Tensor clamp(const Tensor& input, std::optional<double> min, std::optional<doubl
   if (input.dtype() == DType::kInt64 && integral_bounds) {
     const int64_t ilo = min ? static_cast<int64_t>(*min) : std::numeric_limits<int64_t>::min();
     const int64_t ihi = max ? static_cast<int64_t>(*max) : std::numeric_limits<int64_t>::max();
-    return MapSameDType<false>(
-        input.shape(), [ilo, ihi](int64_t v) { return std::min(std::max(v, ilo), ihi); }, input);
+    return MapSameDType<false>(input.shape(), ClampInt{ilo, ihi}, input);
   }
   std::shared_ptr<ElementwiseBackward> node;
-  Tensor out = Unary<true>(
-      "clamp", "ClampBackward1", &ClampFormula, Save::kInput, input,
-      [lo, hi](auto v) {
-        using T = decltype(v);
-        // Applying max last makes min > max give max everywhere, as in PyTorch; NaN stays.
-        const T low = v < static_cast<T>(lo) ? static_cast<T>(lo) : v;
-        return low > static_cast<T>(hi) ? static_cast<T>(hi) : low;
-      },
-      &node);
+  Tensor out = Unary<true>("clamp", "ClampBackward1", &ClampFormula, Save::kInput, input,
+                           Clamp{lo, hi}, &node);
   if (node) node->scalars = {lo, hi};
   return out;
 }
@@ -870,6 +1105,14 @@ Tensor clamp(const Tensor& input, std::optional<double> min, std::optional<doubl
 // --- where ---
 
 namespace {
+
+// c ? a : b.
+struct Select {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(bool c, T a, T b) const {
+    return c ? a : b;
+  }
+};
 
 // saved[0]: condition; shapes: input, other.
 TensorList WhereFormula(const ElementwiseBackward& n, const Tensor& g) {
@@ -893,8 +1136,7 @@ Tensor where(const Tensor& condition, const Tensor& input, const Tensor& other) 
   Tensor out = Tensor::Empty(shape, p.dtype, p.input.device());
   DispatchDType(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    MapKernel<T, bool, T, T>(
-        out, [](bool c, T a, T b) { return c ? a : b; }, condition, p.input, p.other);
+    MapKernel<T, bool, T, T>(out, Select{}, condition, p.input, p.other);
   });
   if (auto node = Record(out, {condition, p.input, p.other}, "WhereBackward0", &WhereFormula)) {
     node->saved[0] = SavedVariable(condition, false);

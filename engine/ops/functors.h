@@ -26,6 +26,14 @@ struct CastTo {
   }
 };
 
+// a / b: div's kernel, and amax's backward splitting a gradient among ties.
+struct Divide {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T a, T b) const {
+    return a / b;
+  }
+};
+
 }  // namespace gradserve::ops
 
 #endif  // GRADSERVE_ENGINE_OPS_FUNCTORS_H_

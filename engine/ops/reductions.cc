@@ -10,6 +10,7 @@
 #include "engine/autograd/saved_variable.h"
 #include "engine/ops/broadcast.h"
 #include "engine/ops/elementwise.h"
+#include "engine/ops/functors.h"
 #include "engine/ops/op_kernels.h"
 #include "engine/ops/op_registry.h"
 
@@ -22,7 +23,6 @@ using autograd::SavedVariable;
 ReductionLayout ParseDims(const char* op, const Tensor& input, absl::Span<const int64_t> dim,
                           bool keepdim) {
   RequireDefined(op, "input", input);
-  RequireHostMemory(op, input);
   const int64_t rank = input.dim();
   absl::InlinedVector<bool, 6> reduced(rank, dim.empty());
   absl::InlinedVector<bool, 6> seen(std::max<int64_t>(rank, 1), false);
@@ -67,6 +67,14 @@ class MeanBackward final : public autograd::Node {
   const int64_t count_;
 };
 
+// 1 where x equals the maximum m it reduced into, else 0.
+struct IsMax {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T x, T m) const {
+    return x == m ? T(1) : T(0);
+  }
+};
+
 // Backward of amax: the gradient of each maximum split evenly among the input elements equal
 // to it. The split weights depend on the input only through ties, so they are constants.
 class AmaxBackward final : public autograd::Node {
@@ -80,15 +88,13 @@ class AmaxBackward final : public autograd::Node {
     Tensor is_max = Tensor::Empty(input.shape(), input.dtype(), input.device());
     DispatchFloating(input.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      MapKernel<T, T, T>(
-          is_max, [](T x, T m) { return x == m ? T(1) : T(0); }, input, expanded);
+      MapKernel<T, T, T>(is_max, IsMax{}, input, expanded);
     });
     const Tensor ties = ExpandOver(SumOver(is_max, layout_, "SumBackward1"), layout_);
     Tensor weights = Tensor::Empty(input.shape(), input.dtype(), input.device());
     DispatchFloating(input.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      MapKernel<T, T, T>(
-          weights, [](T w, T n) { return w / n; }, is_max, ties);
+      MapKernel<T, T, T>(weights, Divide{}, is_max, ties);
     });
     return {mul(ExpandOver(grads[0], layout_), weights)};
   }
@@ -105,6 +111,25 @@ class AmaxBackward final : public autograd::Node {
   const ReductionLayout layout_;
 };
 
+// The mean from a sum accumulated in double: acc / count as T.
+template <typename T>
+struct MeanOf {
+  double count;
+  GS_HOST_DEVICE T operator()(double acc) const { return static_cast<T>(acc / count); }
+};
+
+// The larger of the accumulator and v; NaN wins and stays, as in PyTorch.
+struct MaxOf {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T acc, T v) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      return v > acc || std::isnan(v) ? v : acc;
+    } else {
+      return v > acc ? v : acc;
+    }
+  }
+};
+
 }  // namespace
 
 Tensor sum(const Tensor& input, absl::Span<const int64_t> dim, bool keepdim) {
@@ -119,9 +144,8 @@ Tensor mean(const Tensor& input, absl::Span<const int64_t> dim, bool keepdim) {
   Tensor out = Tensor::Empty(layout.output_shape, input.dtype(), input.device());
   DispatchFloating(input.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    ReduceKernel<T, double, T>(
-        input, layout.reduced, out, 0.0, [](double acc, T v) { return acc + v; },
-        [count](double acc) { return static_cast<T>(acc / count); });
+    ReduceKernel<T, double, T>(input, layout.reduced, out, 0.0, SumInto<double>{},
+                               MeanOf<T>{count});
   });
   RecordOp<MeanBackward>(out, {input}, NodeName(dim, keepdim, "MeanBackward0", "MeanBackward1"),
                          std::move(layout));
@@ -139,17 +163,7 @@ Tensor amax(const Tensor& input, absl::Span<const int64_t> dim, bool keepdim) {
     using T = decltype(tag);
     const T lowest = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
                                                           : std::numeric_limits<T>::lowest();
-    ReduceKernel<T, T, T>(
-        input, layout.reduced, out, lowest,
-        [](T acc, T v) {
-          if constexpr (std::is_floating_point_v<T>) {
-            // NaN wins and stays, as in PyTorch.
-            return v > acc || std::isnan(v) ? v : acc;
-          } else {
-            return v > acc ? v : acc;
-          }
-        },
-        [](T acc) { return acc; });
+    ReduceKernel<T, T, T>(input, layout.reduced, out, lowest, MaxOf{}, CastTo<T>{});
   });
   if (auto node = RecordOp<AmaxBackward>(out, {input}, std::move(layout))) {
     node->input_ = SavedVariable(input, false);
