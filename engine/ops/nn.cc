@@ -160,6 +160,13 @@ Tensor SoftmaxImpl(const char* op, const Tensor& input, int64_t dim, bool log) {
 // ---------------------------------------------------------------------------------------------
 // nll_loss and cross_entropy.
 
+// Index tensors checked on the host (CheckIndices reads every index before any memory is read
+// through them): a GPU tensor is copied to the CPU first (Tensor::To waits for the copy); host
+// devices' tensors are used in place.
+Tensor HostIndices(const Tensor& indices) {
+  return indices.device().type == DeviceType::kCUDA ? indices.To(kCPU) : indices;
+}
+
 // The class dim of a loss input: 1, or 0 for an unbatched [C] input.
 int64_t ClassDim(const Tensor& input) { return input.dim() >= 2 ? 1 : 0; }
 
@@ -174,7 +181,7 @@ void CheckClassTarget(const char* op, const Tensor& input, const Tensor& target,
   GS_CHECK_ARG(target.shape() == want, op, ": target has shape ", ShapeToString(target.shape()),
                " but input with shape ", ShapeToString(input.shape()), " needs target shape ",
                ShapeToString(want));
-  CheckIndices(op, "target", target, input.size(class_dim), ignore_index,
+  CheckIndices(op, "target", HostIndices(target), input.size(class_dim), ignore_index,
                absl::StrCat("the ", input.size(class_dim), " classes of input with shape ",
                             ShapeToString(input.shape())));
 }
@@ -833,7 +840,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
                  " is out of range for weight with shape ", ShapeToString(weight.shape()));
     if (*padding_idx < 0) *padding_idx += rows;
   }
-  CheckIndices("embedding", "indices", indices, rows, std::nullopt,
+  CheckIndices("embedding", "indices", HostIndices(indices), rows, std::nullopt,
                absl::StrCat("weight with shape ", ShapeToString(weight.shape())));
   const int64_t flat_shape[] = {-1};
   const Tensor flat = reshape(indices, flat_shape);
