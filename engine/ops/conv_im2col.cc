@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/autograd/node.h"
+#include "engine/ops/nn_kernels.h"
 #include "engine/ops/shape_common.h"
 
 namespace gradserve::ops {
@@ -157,20 +158,41 @@ template void Im2ColImage<double>(const double*, const ConvGeometry&, double*);
 template void Col2ImAddImage<float>(const float*, const ConvGeometry&, float*);
 template void Col2ImAddImage<double>(const double*, const ConvGeometry&, double*);
 
+namespace {
+
+void Im2ColCpu(const Tensor& x, const ConvGeometry& g, const Tensor& cols) {
+  const int64_t image_size = g.channels * g.height * g.width;
+  const int64_t cols_size = g.channels * g.kernel_h * g.kernel_w * g.positions();
+  DispatchFloating(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    for (int64_t n = 0; n < g.batch; ++n) {
+      Im2ColImage(x.data<T>() + n * image_size, g, cols.data<T>() + n * cols_size);
+    }
+  });
+}
+
+void Col2ImCpu(const Tensor& cols, const ConvGeometry& g, const Tensor& image) {
+  const int64_t image_size = g.channels * g.height * g.width;
+  const int64_t cols_size = g.channels * g.kernel_h * g.kernel_w * g.positions();
+  DispatchFloating(cols.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    for (int64_t n = 0; n < g.batch; ++n) {
+      Col2ImAddImage(cols.data<T>() + n * cols_size, g, image.data<T>() + n * image_size);
+    }
+  });
+}
+
+}  // namespace
+
+KernelStub<Im2ColFn> im2col_stub("im2col", Im2ColCpu);
+KernelStub<Col2ImFn> col2im_stub("col2im", Col2ImCpu);
+
 Tensor Im2Col(const Tensor& input, const ConvGeometry& g) {
   RequireFloating("im2col", "input", input);
   GS_CHECK_INTERNAL(input.shape() == g.input_shape(), "im2col: input does not fit the geometry");
-  RequireHostMemory("im2col", input);
   const Tensor x = input.contiguous();
   Tensor out = Tensor::Empty(g.cols_shape(), input.dtype(), input.device());
-  const int64_t image_size = g.channels * g.height * g.width;
-  const int64_t cols_size = g.channels * g.kernel_h * g.kernel_w * g.positions();
-  DispatchFloating(input.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    for (int64_t n = 0; n < g.batch; ++n) {
-      Im2ColImage(x.data<T>() + n * image_size, g, out.data<T>() + n * cols_size);
-    }
-  });
+  if (out.numel() > 0) im2col_stub(out.device(), x, g, out);
   RecordIfNeeded(out, {input}, [&] { return autograd::MakeNode<Im2ColBackward>(g); });
   return out;
 }
@@ -178,17 +200,9 @@ Tensor Im2Col(const Tensor& input, const ConvGeometry& g) {
 Tensor Col2Im(const Tensor& cols, const ConvGeometry& g) {
   RequireFloating("col2im", "cols", cols);
   GS_CHECK_INTERNAL(cols.shape() == g.cols_shape(), "col2im: cols do not fit the geometry");
-  RequireHostMemory("col2im", cols);
   const Tensor c = cols.contiguous();
   Tensor out = Tensor::Zeros(g.input_shape(), cols.dtype(), cols.device());
-  const int64_t image_size = g.channels * g.height * g.width;
-  const int64_t cols_size = g.channels * g.kernel_h * g.kernel_w * g.positions();
-  DispatchFloating(cols.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    for (int64_t n = 0; n < g.batch; ++n) {
-      Col2ImAddImage(c.data<T>() + n * cols_size, g, out.data<T>() + n * image_size);
-    }
-  });
+  if (c.numel() > 0) col2im_stub(out.device(), c, g, out);
   RecordIfNeeded(out, {cols}, [&] { return autograd::MakeNode<Col2ImBackward>(g); });
   return out;
 }

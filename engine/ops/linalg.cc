@@ -1,7 +1,5 @@
 #include "engine/ops/linalg.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -13,6 +11,8 @@
 #include "engine/autograd/saved_variable.h"
 #include "engine/ops/broadcast.h"
 #include "engine/ops/elementwise.h"
+#include "engine/ops/kernel_stub.h"
+#include "engine/ops/nn_kernels.h"
 #include "engine/ops/op_kernels.h"
 #include "engine/ops/op_registry.h"
 #include "engine/tensor/basic_kernels.h"
@@ -46,22 +46,72 @@ std::optional<BlasMatrix> AsBlas(const Tensor& t, bool trans) {
   return std::nullopt;
 }
 
-void Gemm(const BlasMatrix& a, const BlasMatrix& b, int64_t m, int64_t n, int64_t k,
-          const float* pa, const float* pb, float* out) {
-  cblas_sgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans,
-              b.trans ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, pa, a.ld, pb, b.ld, 0.0f, out, n);
-}
-
-void Gemm(const BlasMatrix& a, const BlasMatrix& b, int64_t m, int64_t n, int64_t k,
-          const double* pa, const double* pb, double* out) {
-  cblas_dgemm(CblasRowMajor, a.trans ? CblasTrans : CblasNoTrans,
-              b.trans ? CblasTrans : CblasNoTrans, m, n, k, 1.0, pa, a.ld, pb, b.ld, 0.0, out, n);
-}
-
 Shape BatchShape(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
 Strides BatchStrides(const Tensor& t) {
   return Strides(t.strides().begin(), t.strides().end() - 2);
 }
+
+template <typename T>
+void GemmBatchCpuTyped(const GemmBatch& g) {
+  const T* const pa = static_cast<const T*>(g.a);
+  const T* const pb = static_cast<const T*>(g.b);
+  T* const pc = static_cast<T*>(g.c);
+  const T beta = g.beta_one ? T(1) : T(0);
+  for (int64_t j = 0; j < g.count; ++j) {
+    ops::Gemm<T>(g.ta, g.tb, g.m, g.n, g.k, T(1), pa + j * g.stride_a, g.lda, pb + j * g.stride_b,
+                 g.ldb, beta, pc + j * g.stride_c, g.ldc);
+  }
+}
+
+void GemmBatchCpu(const GemmBatch& g) {
+  if (g.dtype == DType::kFloat32) {
+    GemmBatchCpuTyped<float>(g);
+  } else {
+    GemmBatchCpuTyped<double>(g);
+  }
+}
+
+// The integer product over any strides (BLAS has no integer gemm; no GPU kernel yet):
+// out [batch..., m, n] contiguous, a and b with their own strides, batch broadcast.
+void MatmulInt64Cpu(const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor& out) {
+  using T = int64_t;
+  const int64_t ra = a.dim(), rb = b.dim();
+  const int64_t m = out.shape()[out.dim() - 2], n = out.shape()[out.dim() - 1];
+  const int64_t k = ta ? a.shape()[ra - 2] : a.shape()[ra - 1];
+  const Shape a_batch = BatchShape(a), b_batch = BatchShape(b);
+  const Shape batch(out.shape().begin(), out.shape().end() - 2);
+  Strides o_steps = ContiguousStrides(out.shape());
+  o_steps.resize(batch.size());
+  T* const po = out.data<T>();
+  const Strides sa = BroadcastStrides(a_batch, BatchStrides(a), batch);
+  const Strides sb = BroadcastStrides(b_batch, BatchStrides(b), batch);
+  const int64_t a_row = a.strides()[ra - 2], a_col = a.strides()[ra - 1];
+  const int64_t b_row = b.strides()[rb - 2], b_col = b.strides()[rb - 1];
+  // Steps along op(X)'s rows (i) and inner dim (p).
+  const int64_t ai = ta ? a_col : a_row, ap = ta ? a_row : a_col;
+  const int64_t bp = tb ? b_col : b_row, bj = tb ? b_row : b_col;
+  const T* const pa = a.data<T>();
+  const T* const pb = b.data<T>();
+  ForEachRow<3>(
+      batch, {absl::Span<const int64_t>(sa), sb, o_steps},
+      [&](const std::array<int64_t, 3>& off, const std::array<int64_t, 3>& step, int64_t count) {
+        for (int64_t t = 0; t < count; ++t) {
+          const T* x = pa + off[0] + t * step[0];
+          const T* y = pb + off[1] + t * step[1];
+          T* z = po + off[2] + t * step[2];
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < n; ++j) {
+              T acc = 0;
+              for (int64_t p = 0; p < k; ++p) acc += x[i * ai + p * ap] * y[p * bp + j * bj];
+              z[i * n + j] = acc;
+            }
+          }
+        }
+      });
+}
+
+using MatmulInt64Fn = void(const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor& out);
+const KernelStub<MatmulInt64Fn> matmul_int64_stub("matmul (int64)", MatmulInt64Cpu);
 
 // op(a) @ op(b) for a, b of rank >= 2 and one numeric dtype, broadcasting the batch dims:
 // out has shape [batch..., M, N] (contiguous). No autograd; sizes already checked.
@@ -81,61 +131,49 @@ Tensor MatmulKernel(Tensor a, Tensor b, bool ta, bool tb) {
     Fill(out, 0);
     return out;
   }
-  DispatchNumeric(a.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    T* const po = out.data<T>();
-    Strides o_steps = ContiguousStrides(out_shape);
-    o_steps.resize(batch.size());
-    if constexpr (std::is_floating_point_v<T>) {
-      std::optional<BlasMatrix> ma = AsBlas(a, ta);
-      if (!ma) ma = AsBlas(a = a.contiguous(), ta);
-      std::optional<BlasMatrix> mb = AsBlas(b, tb);
-      if (!mb) mb = AsBlas(b = b.contiguous(), tb);
-      constexpr int64_t kMaxBlas = std::numeric_limits<int>::max();
-      GS_CHECK_ARG(std::max({m, n, k, ma->ld, mb->ld}) <= kMaxBlas,
-                   "matmul: matrix sizes beyond 2^31 - 1 are not supported");
-      const Strides sa = BroadcastStrides(a_batch, BatchStrides(a), batch);
-      const Strides sb = BroadcastStrides(b_batch, BatchStrides(b), batch);
-      const T* const pa = a.data<T>();
-      const T* const pb = b.data<T>();
-      ForEachRow<3>(batch, {absl::Span<const int64_t>(sa), sb, o_steps},
-                    [&](const std::array<int64_t, 3>& off, const std::array<int64_t, 3>& step,
-                        int64_t count) {
-                      for (int64_t j = 0; j < count; ++j) {
-                        Gemm(*ma, *mb, m, n, k, pa + off[0] + j * step[0],
-                             pb + off[1] + j * step[1], po + off[2] + j * step[2]);
-                      }
-                    });
-    } else {
-      // Integers: a plain loop over any strides (BLAS has no integer gemm).
-      const Strides sa = BroadcastStrides(a_batch, BatchStrides(a), batch);
-      const Strides sb = BroadcastStrides(b_batch, BatchStrides(b), batch);
-      const int64_t a_row = a.strides()[ra - 2], a_col = a.strides()[ra - 1];
-      const int64_t b_row = b.strides()[rb - 2], b_col = b.strides()[rb - 1];
-      // Steps along op(X)'s rows (i) and inner dim (p).
-      const int64_t ai = ta ? a_col : a_row, ap = ta ? a_row : a_col;
-      const int64_t bp = tb ? b_col : b_row, bj = tb ? b_row : b_col;
-      const T* const pa = a.data<T>();
-      const T* const pb = b.data<T>();
-      ForEachRow<3>(batch, {absl::Span<const int64_t>(sa), sb, o_steps},
-                    [&](const std::array<int64_t, 3>& off, const std::array<int64_t, 3>& step,
-                        int64_t count) {
-                      for (int64_t t = 0; t < count; ++t) {
-                        const T* x = pa + off[0] + t * step[0];
-                        const T* y = pb + off[1] + t * step[1];
-                        T* z = po + off[2] + t * step[2];
-                        for (int64_t i = 0; i < m; ++i) {
-                          for (int64_t j = 0; j < n; ++j) {
-                            T acc = 0;
-                            for (int64_t p = 0; p < k; ++p)
-                              acc += x[i * ai + p * ap] * y[p * bp + j * bj];
-                            z[i * n + j] = acc;
-                          }
-                        }
-                      }
-                    });
-    }
-  });
+  if (a.dtype() == DType::kInt64) {
+    matmul_int64_stub(out.device(), a, b, ta, tb, out);
+    return out;
+  }
+  std::optional<BlasMatrix> ma = AsBlas(a, ta);
+  if (!ma) ma = AsBlas(a = a.contiguous(), ta);
+  std::optional<BlasMatrix> mb = AsBlas(b, tb);
+  if (!mb) mb = AsBlas(b = b.contiguous(), tb);
+  constexpr int64_t kMaxBlas = std::numeric_limits<int>::max();
+  GS_CHECK_ARG(std::max({m, n, k, ma->ld, mb->ld}) <= kMaxBlas,
+               "matmul: matrix sizes beyond 2^31 - 1 are not supported");
+  Strides o_steps = ContiguousStrides(out_shape);
+  o_steps.resize(batch.size());
+  const Strides sa = BroadcastStrides(a_batch, BatchStrides(a), batch);
+  const Strides sb = BroadcastStrides(b_batch, BatchStrides(b), batch);
+  GemmBatch args;
+  args.device_index = out.device().index;
+  args.dtype = a.dtype();
+  args.ta = ma->trans;
+  args.tb = mb->trans;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.lda = ma->ld;
+  args.ldb = mb->ld;
+  args.ldc = n;
+  const size_t element = ElementSize(a.dtype());
+  const char* const pa = static_cast<const char*>(a.raw_data());
+  const char* const pb = static_cast<const char*>(b.raw_data());
+  char* const po = static_cast<char*>(out.raw_data());
+  // Each row of the batch walk is one strided batch of products.
+  ForEachRow<3>(
+      batch, {absl::Span<const int64_t>(sa), sb, o_steps},
+      [&](const std::array<int64_t, 3>& off, const std::array<int64_t, 3>& step, int64_t count) {
+        args.a = pa + off[0] * element;
+        args.b = pb + off[1] * element;
+        args.c = po + off[2] * element;
+        args.stride_a = step[0];
+        args.stride_b = step[1];
+        args.stride_c = step[2];
+        args.count = count;
+        gemm_batch_stub(out.device(), args);
+      });
   return out;
 }
 
@@ -277,12 +315,12 @@ Tensor VectorAsMatrix(const Tensor& v, bool as_row) {
 
 }  // namespace
 
+KernelStub<GemmBatchFn> gemm_batch_stub("gemm", GemmBatchCpu);
+
 Tensor matmul(const Tensor& input, const Tensor& other) {
   constexpr const char* kOp = "matmul";
   RequireDefined(kOp, "input", input);
   RequireDefined(kOp, "other", other);
-  RequireHostMemory(kOp, input);
-  RequireHostMemory(kOp, other);
   RequireSameDevice(kOp, "input", input, "other", other);
   GS_CHECK_ARG(input.dim() >= 1 && other.dim() >= 1,
                "matmul: both arguments need at least 1 dimension, got shapes ",

@@ -1,7 +1,9 @@
 // Linear algebra: torch.matmul.
 //
 // Thread safety: stateless; concurrent calls are safe. The float kernels call OpenBLAS
-// (cblas_sgemm / cblas_dgemm), which may use its own threads inside one call.
+// (cblas_sgemm / cblas_dgemm), which may use its own threads inside one call, on the CPU, and
+// cuBLAS (strided batched gemm, engine/ops/cuda/linalg_kernels.cu) on GPUs; int64 products have
+// no GPU kernel (UNIMPLEMENTED).
 
 #ifndef GRADSERVE_ENGINE_OPS_LINALG_H_
 #define GRADSERVE_ENGINE_OPS_LINALG_H_

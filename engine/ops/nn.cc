@@ -14,6 +14,7 @@
 #include "engine/ops/conv_im2col.h"
 #include "engine/ops/elementwise.h"
 #include "engine/ops/linalg.h"
+#include "engine/ops/nn_kernels.h"
 #include "engine/ops/reductions.h"
 #include "engine/ops/shape.h"
 #include "engine/ops/shape_common.h"
@@ -31,10 +32,7 @@ using Acc = double;
 
 bool NoIncomingGrad(const TensorList& grads) { return grads.empty() || !grads[0].defined(); }
 
-// A tensor seen as [outer, size, inner] around one dim (a 0-d tensor is [1, 1, 1]).
-struct DimSplit {
-  int64_t outer, size, inner;
-};
+// A tensor seen as [outer, size, inner] around one dim (DimSplit, nn_kernels.h).
 DimSplit SplitAt(absl::Span<const int64_t> shape, int64_t dim) {
   if (shape.empty()) return {1, 1, 1};
   return {ProductOf(shape, 0, dim), shape[dim], ProductOf(shape, dim + 1, shape.size())};
@@ -95,6 +93,27 @@ void SoftmaxBackwardKernel(const T* y, const T* g, T* gx, const DimSplit& s, boo
   });
 }
 
+void SoftmaxCpu(const Tensor& x, const Tensor& out, DimSplit s, bool log) {
+  DispatchFloating(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    SoftmaxKernel(x.data<T>(), out.data<T>(), s, log);
+  });
+}
+
+void SoftmaxBackwardCpu(const Tensor& y, const Tensor& g, const Tensor& gx, DimSplit s, bool log) {
+  DispatchFloating(y.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    SoftmaxBackwardKernel(y.data<T>(), g.data<T>(), gx.data<T>(), s, log);
+  });
+}
+
+}  // namespace
+
+KernelStub<SoftmaxFn> softmax_stub("softmax", SoftmaxCpu);
+KernelStub<SoftmaxBackwardFn> softmax_backward_stub("softmax_backward", SoftmaxBackwardCpu);
+
+namespace {
+
 class SoftmaxBackward final : public Node {
  public:
   SoftmaxBackward(int64_t dim, bool log) : dim_(dim), log_(log) {}
@@ -112,11 +131,8 @@ class SoftmaxBackward final : public Node {
     const Tensor yc = y.contiguous();
     const Tensor gc = g.contiguous();
     Tensor gx = Tensor::Empty(y.shape(), y.dtype(), y.device());
-    DispatchFloating(y.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      SoftmaxBackwardKernel(yc.data<T>(), gc.data<T>(), gx.data<T>(), SplitAt(y.shape(), dim_),
-                            log_);
-    });
+    if (gx.numel() > 0)
+      softmax_backward_stub(gx.device(), yc, gc, gx, SplitAt(y.shape(), dim_), log_);
     return {gx};
   }
   std::string name() const override { return log_ ? "LogSoftmaxBackward0" : "SoftmaxBackward0"; }
@@ -131,13 +147,9 @@ class SoftmaxBackward final : public Node {
 Tensor SoftmaxImpl(const char* op, const Tensor& input, int64_t dim, bool log) {
   RequireFloating(op, "input", input);
   dim = WrapDimArg(op, "dim", dim, input.shape());
-  RequireHostMemory(op, input);
   const Tensor x = input.contiguous();
   Tensor out = Tensor::Empty(input.shape(), input.dtype(), input.device());
-  DispatchFloating(input.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    SoftmaxKernel(x.data<T>(), out.data<T>(), SplitAt(input.shape(), dim), log);
-  });
+  if (out.numel() > 0) softmax_stub(out.device(), x, out, SplitAt(input.shape(), dim), log);
   if (auto node =
           RecordIfNeeded(out, {input}, [&] { return MakeNode<SoftmaxBackward>(dim, log); })) {
     node->SaveResult(out);
@@ -147,6 +159,13 @@ Tensor SoftmaxImpl(const char* op, const Tensor& input, int64_t dim, bool log) {
 
 // ---------------------------------------------------------------------------------------------
 // nll_loss and cross_entropy.
+
+// Index tensors checked on the host (CheckIndices reads every index before any memory is read
+// through them): a GPU tensor is copied to the CPU first (Tensor::To waits for the copy); host
+// devices' tensors are used in place.
+Tensor HostIndices(const Tensor& indices) {
+  return indices.device().type == DeviceType::kCUDA ? indices.To(kCPU) : indices;
+}
 
 // The class dim of a loss input: 1, or 0 for an unbatched [C] input.
 int64_t ClassDim(const Tensor& input) { return input.dim() >= 2 ? 1 : 0; }
@@ -162,7 +181,7 @@ void CheckClassTarget(const char* op, const Tensor& input, const Tensor& target,
   GS_CHECK_ARG(target.shape() == want, op, ": target has shape ", ShapeToString(target.shape()),
                " but input with shape ", ShapeToString(input.shape()), " needs target shape ",
                ShapeToString(want));
-  CheckIndices(op, "target", target, input.size(class_dim), ignore_index,
+  CheckIndices(op, "target", HostIndices(target), input.size(class_dim), ignore_index,
                absl::StrCat("the ", input.size(class_dim), " classes of input with shape ",
                             ShapeToString(input.shape())));
 }
@@ -176,14 +195,20 @@ struct NllWeights {
 };
 NllWeights MakeNllWeights(const Tensor& target, DType dtype, Reduction reduction,
                           int64_t ignore_index) {
-  const Tensor t = target.contiguous();
+  // The count of positions not ignored is needed on the host (the divisor of "mean", a
+  // ReduceLoss argument), so a GPU target is copied to the CPU (Tensor::To waits for it), the
+  // weights made there and copied back to the GPU. Host devices read target in place.
+  const Device device = target.device();
+  const bool on_gpu = device.type == DeviceType::kCUDA;
+  const Tensor t = (on_gpu ? target.To(kCPU) : target).contiguous();
+  const Device here = on_gpu ? kCPU : device;
   const int64_t n = t.numel();
   const int64_t* tv = t.data<int64_t>();
   NllWeights w;
   for (int64_t i = 0; i < n; ++i) w.count += tv[i] != ignore_index;
   const double each = reduction == Reduction::kMean ? 1.0 / static_cast<double>(w.count) : 1.0;
-  w.weight = Tensor::Empty(target.shape(), dtype, target.device());
-  w.safe_target = Tensor::Empty(target.shape(), DType::kInt64, target.device());
+  w.weight = Tensor::Empty(target.shape(), dtype, here);
+  w.safe_target = Tensor::Empty(target.shape(), DType::kInt64, here);
   int64_t* sv = w.safe_target.data<int64_t>();
   DispatchFloating(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -194,6 +219,10 @@ NllWeights MakeNllWeights(const Tensor& target, DType dtype, Reduction reduction
       sv[i] = ignored ? 0 : tv[i];
     }
   });
+  if (on_gpu) {
+    w.weight = w.weight.To(device);
+    w.safe_target = w.safe_target.To(device);
+  }
   return w;
 }
 
@@ -243,24 +272,13 @@ class NllLossBackward final : public Node {
   SavedVariable safe_target_;
 };
 
-// nll_loss for `op` (nll_loss or cross_entropy, named in errors); also returns the count of
-// positions not ignored.
-Tensor NllLossImpl(const char* op, const Tensor& input, const Tensor& target, Reduction reduction,
-                   int64_t ignore_index, int64_t* count_out) {
-  CheckClassTarget(op, input, target, ignore_index);
-  RequireHostMemory(op, input);
-  const int64_t class_dim = ClassDim(input);
-  NllWeights w = MakeNllWeights(target, input.dtype(), reduction, ignore_index);
-  *count_out = w.count;
-  const Tensor x = input.contiguous();
-  const DimSplit s = SplitAt(input.shape(), class_dim);  // [N, C, spatial]
-  Tensor out = Tensor::Empty(reduction == Reduction::kNone ? target.shape() : Shape{},
-                             input.dtype(), input.device());
-  DispatchFloating(input.dtype(), [&](auto tag) {
+void NllLossCpu(const Tensor& x, const Tensor& weight, const Tensor& safe_target, DimSplit s,
+                Reduction reduction, int64_t count, const Tensor& out) {
+  DispatchFloating(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* xv = x.data<T>();
-    const T* wv = w.weight.data<T>();
-    const int64_t* tv = w.safe_target.data<int64_t>();
+    const T* wv = weight.data<T>();
+    const int64_t* tv = safe_target.data<int64_t>();
     T* ov = out.data<T>();
     Acc total = 0;
     for (int64_t n = 0; n < s.outer; ++n) {
@@ -275,9 +293,30 @@ Tensor NllLossImpl(const char* op, const Tensor& input, const Tensor& target, Re
       }
     }
     // "mean" over no positions is 0/0, NaN, as PyTorch's.
-    if (reduction == Reduction::kMean && w.count == 0) total = std::nan("");
+    if (reduction == Reduction::kMean && count == 0) total = std::nan("");
     if (reduction != Reduction::kNone) ov[0] = static_cast<T>(total);
   });
+}
+
+}  // namespace
+
+KernelStub<NllLossFn> nll_loss_stub("nll_loss", NllLossCpu);
+
+namespace {
+
+// nll_loss for `op` (nll_loss or cross_entropy, named in errors); also returns the count of
+// positions not ignored.
+Tensor NllLossImpl(const char* op, const Tensor& input, const Tensor& target, Reduction reduction,
+                   int64_t ignore_index, int64_t* count_out) {
+  CheckClassTarget(op, input, target, ignore_index);
+  const int64_t class_dim = ClassDim(input);
+  NllWeights w = MakeNllWeights(target, input.dtype(), reduction, ignore_index);
+  *count_out = w.count;
+  const Tensor x = input.contiguous();
+  const DimSplit s = SplitAt(input.shape(), class_dim);  // [N, C, spatial]
+  Tensor out = Tensor::Empty(reduction == Reduction::kNone ? target.shape() : Shape{},
+                             input.dtype(), input.device());
+  nll_loss_stub(out.device(), x, w.weight, w.safe_target, s, reduction, w.count, out);
   RecordIfNeeded(out, {input},
                  [&] { return MakeNode<NllLossBackward>(input.shape(), class_dim, std::move(w)); });
   return out;
@@ -285,6 +324,46 @@ Tensor NllLossImpl(const char* op, const Tensor& input, const Tensor& target, Re
 
 // ---------------------------------------------------------------------------------------------
 // mse_loss.
+
+void MseLossBackwardCpu(const Tensor& x, const Tensor& t, const Tensor& g, double scale,
+                        bool per_element, const Tensor& gx) {
+  DispatchFloating(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T *xv = x.data<T>(), *tv = t.data<T>(), *gv = g.data<T>();
+    T* out = gx.data<T>();
+    const int64_t n = x.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      out[i] = static_cast<T>(scale) * (xv[i] - tv[i]) * gv[per_element ? i : 0];
+    }
+  });
+}
+
+void MseLossCpu(const Tensor& x, const Tensor& t, Reduction reduction, const Tensor& out) {
+  DispatchFloating(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T *xv = x.data<T>(), *tv = t.data<T>();
+    T* ov = out.data<T>();
+    const int64_t n = x.numel();
+    Acc total = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const T d = xv[i] - tv[i];
+      if (reduction == Reduction::kNone) {
+        ov[i] = d * d;
+      } else {
+        total += static_cast<Acc>(d) * d;
+      }
+    }
+    if (reduction == Reduction::kMean) total /= static_cast<Acc>(n);
+    if (reduction != Reduction::kNone) ov[0] = static_cast<T>(total);
+  });
+}
+
+}  // namespace
+
+KernelStub<MseLossFn> mse_loss_stub("mse_loss", MseLossCpu);
+KernelStub<MseLossBackwardFn> mse_loss_backward_stub("mse_loss_backward", MseLossBackwardCpu);
+
+namespace {
 
 class MseLossBackward final : public Node {
  public:
@@ -304,16 +383,9 @@ class MseLossBackward final : public Node {
     } else {
       const Tensor xc = x.contiguous(), tc = t.contiguous(), gc = g.contiguous();
       gx = Tensor::Empty(x.shape(), x.dtype(), x.device());
-      const bool per_element = reduction_ == Reduction::kNone;
-      DispatchFloating(x.dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        const T *xv = xc.data<T>(), *tv = tc.data<T>(), *gv = gc.data<T>();
-        T* out = gx.data<T>();
-        const int64_t n = x.numel();
-        for (int64_t i = 0; i < n; ++i) {
-          out[i] = static_cast<T>(scale) * (xv[i] - tv[i]) * gv[per_element ? i : 0];
-        }
-      });
+      if (gx.numel() > 0) {
+        mse_loss_backward_stub(gx.device(), xc, tc, gc, scale, reduction_ == Reduction::kNone, gx);
+      }
     }
     return {should_compute_output(0) ? gx : Tensor(),
             should_compute_output(1) ? neg(gx) : Tensor()};
@@ -390,6 +462,36 @@ void LayerNormBackwardKernel(const T* x, const T* g, const T* weight, const T* m
   for (int64_t c = 0; c < static_cast<int64_t>(gb_acc.size()); ++c) gb[c] = gb_acc[c];
 }
 
+void LayerNormCpu(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows,
+                  int64_t cols, double eps, const Tensor& out, const Tensor& mean,
+                  const Tensor& rstd) {
+  DispatchFloating(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+    LayerNormKernel<T>(x.data<T>(), ptr(weight), ptr(bias), rows, cols, eps, out.data<T>(),
+                       mean.data<T>(), rstd.data<T>());
+  });
+}
+
+void LayerNormBackwardCpu(const Tensor& x, const Tensor& g, const Tensor& weight,
+                          const Tensor& mean, const Tensor& rstd, int64_t rows, int64_t cols,
+                          const Tensor& gx, const Tensor& gw, const Tensor& gb) {
+  DispatchFloating(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+    LayerNormBackwardKernel<T>(x.data<T>(), g.data<T>(), ptr(weight), mean.data<T>(),
+                               rstd.data<T>(), rows, cols, ptr(gx), ptr(gw), ptr(gb));
+  });
+}
+
+}  // namespace
+
+KernelStub<LayerNormFn> layer_norm_stub("layer_norm", LayerNormCpu);
+KernelStub<LayerNormBackwardFn> layer_norm_backward_stub("layer_norm_backward",
+                                                         LayerNormBackwardCpu);
+
+namespace {
+
 class LayerNormBackward final : public Node {
  public:
   LayerNormBackward(const Tensor& input, const Tensor& weight, const Tensor& bias,
@@ -421,12 +523,7 @@ class LayerNormBackward final : public Node {
     Tensor gx = need_x ? Tensor::Empty(x.shape(), x.dtype(), x.device()) : Tensor();
     Tensor gw = need_w ? Tensor::Zeros(w.shape(), w.dtype(), w.device()) : Tensor();
     Tensor gb = need_b ? Tensor::Zeros(b.shape(), b.dtype(), b.device()) : Tensor();
-    DispatchFloating(x.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-      LayerNormBackwardKernel<T>(xc.data<T>(), gc.data<T>(), ptr(wc), mean.data<T>(),
-                                 rstd.data<T>(), rows, cols, ptr(gx), ptr(gw), ptr(gb));
-    });
+    layer_norm_backward_stub(x.device(), xc, gc, wc, mean, rstd, rows, cols, gx, gw, gb);
     return {gx, gw, gb};
   }
   std::string name() const override { return "NativeLayerNormBackward0"; }
@@ -550,6 +647,31 @@ void Conv2dBackwardKernel(const T* x, const T* w, const T* grad, const ConvGeome
   }
 }
 
+void Conv2dCpu(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeometry& g,
+               const Tensor& out) {
+  DispatchFloating(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    Conv2dKernel<T>(x.data<T>(), w.data<T>(), bias.defined() ? bias.data<T>() : nullptr, g,
+                    out.data<T>());
+  });
+}
+
+void Conv2dBackwardCpu(const Tensor& x, const Tensor& w, const Tensor& grad, const ConvGeometry& g,
+                       const Tensor& gx, const Tensor& gw, const Tensor& gb) {
+  DispatchFloating(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+    Conv2dBackwardKernel<T>(x.data<T>(), w.data<T>(), grad.data<T>(), g, ptr(gx), ptr(gw), ptr(gb));
+  });
+}
+
+}  // namespace
+
+KernelStub<Conv2dFn> conv2d_stub("conv2d", Conv2dCpu);
+KernelStub<Conv2dBackwardFn> conv2d_backward_stub("conv2d_backward", Conv2dBackwardCpu);
+
+namespace {
+
 class ConvolutionBackward final : public Node {
  public:
   ConvolutionBackward(const Tensor& input, const Tensor& weight, bool has_bias,
@@ -568,12 +690,7 @@ class ConvolutionBackward final : public Node {
     Tensor gx = need_x ? Tensor::Zeros(x.shape(), x.dtype(), x.device()) : Tensor();
     Tensor gw = need_w ? Tensor::Zeros(w.shape(), w.dtype(), w.device()) : Tensor();
     Tensor gb = need_b ? Tensor::Zeros({g_.out_channels}, w.dtype(), w.device()) : Tensor();
-    DispatchFloating(x.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-      Conv2dBackwardKernel<T>(xc.data<T>(), wc.data<T>(), gc.data<T>(), g_, ptr(gx), ptr(gw),
-                              ptr(gb));
-    });
+    conv2d_backward_stub(x.device(), xc, wc, gc, g_, gx, gw, gb);
     return {gx, gw, gb};
   }
   std::string name() const override { return "ConvolutionBackward0"; }
@@ -671,27 +788,10 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
     x = expand(x, shape);
     t = expand(t, shape);
   }
-  RequireHostMemory("mse_loss", x);
   const Tensor xc = x.contiguous(), tc = t.contiguous();
   Tensor out =
       Tensor::Empty(reduction == Reduction::kNone ? x.shape() : Shape{}, x.dtype(), x.device());
-  DispatchFloating(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T *xv = xc.data<T>(), *tv = tc.data<T>();
-    T* ov = out.data<T>();
-    const int64_t n = x.numel();
-    Acc total = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const T d = xv[i] - tv[i];
-      if (reduction == Reduction::kNone) {
-        ov[i] = d * d;
-      } else {
-        total += static_cast<Acc>(d) * d;
-      }
-    }
-    if (reduction == Reduction::kMean) total /= static_cast<Acc>(n);
-    if (reduction != Reduction::kNone) ov[0] = static_cast<T>(total);
-  });
+  mse_loss_stub(out.device(), xc, tc, reduction, out);
   RecordIfNeeded(out, {x, t}, [&] { return MakeNode<MseLossBackward>(x, t, reduction); });
   return out;
 }
@@ -714,7 +814,6 @@ Tensor layer_norm(const Tensor& input, absl::Span<const int64_t> normalized_shap
                  " but normalized_shape is ", ShapeToString(normalized_shape));
   }
   GS_CHECK_ARG(eps >= 0, "layer_norm: eps = ", eps, " must be non-negative");
-  RequireHostMemory("layer_norm", input);
   const int64_t cols = ProductOf(input.shape(), input.dim() - k, input.dim());
   const int64_t rows = cols == 0 ? 0 : input.numel() / cols;
   const Tensor x = input.contiguous();
@@ -723,12 +822,7 @@ Tensor layer_norm(const Tensor& input, absl::Span<const int64_t> normalized_shap
   Tensor out = Tensor::Empty(input.shape(), input.dtype(), input.device());
   Tensor mean = Tensor::Empty({rows}, input.dtype(), input.device());
   Tensor rstd = Tensor::Empty({rows}, input.dtype(), input.device());
-  DispatchFloating(input.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-    LayerNormKernel<T>(x.data<T>(), ptr(w), ptr(b), rows, cols, eps, out.data<T>(), mean.data<T>(),
-                       rstd.data<T>());
-  });
+  layer_norm_stub(out.device(), x, w, b, rows, cols, eps, out, mean, rstd);
   RecordIfNeeded(out, {input, weight, bias}, [&] {
     return MakeNode<LayerNormBackward>(input, weight, bias, mean, rstd, k, eps);
   });
@@ -746,7 +840,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
                  " is out of range for weight with shape ", ShapeToString(weight.shape()));
     if (*padding_idx < 0) *padding_idx += rows;
   }
-  CheckIndices("embedding", "indices", indices, rows, std::nullopt,
+  CheckIndices("embedding", "indices", HostIndices(indices), rows, std::nullopt,
                absl::StrCat("weight with shape ", ShapeToString(weight.shape())));
   const int64_t flat_shape[] = {-1};
   const Tensor flat = reshape(indices, flat_shape);
@@ -774,16 +868,11 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
                  ShapeToString(bias.shape()), " but weight with shape ",
                  ShapeToString(weight.shape()), " needs [", g.out_channels, "]");
   }
-  RequireHostMemory("conv2d", input);
   const Tensor x = input.contiguous(), w = weight.contiguous();
   const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
   Tensor out =
       Tensor::Empty({g.batch, g.out_channels, g.out_h, g.out_w}, input.dtype(), input.device());
-  DispatchFloating(input.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    Conv2dKernel<T>(x.data<T>(), w.data<T>(), b.defined() ? b.data<T>() : nullptr, g,
-                    out.data<T>());
-  });
+  conv2d_stub(out.device(), x, w, b, g, out);
   RecordIfNeeded(out, {input, weight, bias},
                  [&] { return MakeNode<ConvolutionBackward>(input, weight, bias.defined(), g); });
   return out;

@@ -2,8 +2,12 @@
 // (Note [Kernel stubs]). RegisterCudaDevices calls it once, before the first GPU is usable;
 // calling the registrars from here also keeps the linker from dropping their files.
 
+namespace gradserve::ops::cuda_kernels {
+void RegisterNnCudaKernels();  // nn_kernels.cu: nn, conv2d and matmul's gemm
+}  // namespace gradserve::ops::cuda_kernels
+
 namespace gradserve::cuda {
 
-void RegisterCudaKernels() {}
+void RegisterCudaKernels() { ops::cuda_kernels::RegisterNnCudaKernels(); }
 
 }  // namespace gradserve::cuda
