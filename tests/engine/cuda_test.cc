@@ -19,6 +19,7 @@
 #include "engine/tensor/basic_kernels.h"
 #include "engine/tensor/tensor.h"
 #include "gtest/gtest.h"
+#include "tests/engine/cuda_test_util.h"
 #include "tests/engine/op_test_util.h"
 
 #if defined(GRADSERVE_HAS_CUDA)
@@ -32,20 +33,8 @@ namespace {
 
 using testing::op_test::Values;
 
-constexpr Device kGpu{DeviceType::kCUDA, 0};
-
-// Registers every GPU once for this process; empty if it could, else why not.
-std::string GpuUnavailable() {
-  static const std::string why = [] {
-    std::string reason;
-    if (!CudaBuilt()) return std::string("this build has no CUDA backend");
-    if (CudaDeviceCount(&reason) == 0) return reason;
-    absl::Status s = RegisterCudaDevices();
-    if (!s.ok() && !absl::IsAlreadyExists(s)) return std::string(s.message());
-    return std::string();
-  }();
-  return why;
-}
+using testing::GpuUnavailable;
+using testing::kGpu;
 
 class CudaTest : public ::testing::Test {
  protected:
