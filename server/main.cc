@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -15,6 +16,7 @@
 #include "absl/time/time.h"
 #include "engine/device/device_registry.h"
 #include "engine/tensor/host_malloc.h"
+#include "server/devices_flag.h"
 #include "server/grad_server.h"
 #include "server/log.h"
 #include "server/server_info.h"
@@ -60,6 +62,13 @@ ABSL_FLAG(int64_t, max_nesting, kDefaults.limits.max_nesting,
           "Depth of checkpoint bodies within checkpoint bodies.");
 ABSL_FLAG(int64_t, max_backward_calls, kDefaults.limits.max_backward_calls,
           "Backward calls per request.");
+ABSL_FLAG(std::string, devices, "all",
+          "Devices requests may name besides the CPU (which is always there): 'all' (the CPU "
+          "and every GPU found, none being fine), or a comma-separated list of 'cpu', 'cuda' "
+          "(every GPU; at least one must exist) and 'cuda:N' (GPU N, as numbered by the CUDA "
+          "driver). GPUs named by index are renumbered in the order given, as with "
+          "CUDA_VISIBLE_DEVICES: --devices=cuda:1 serves physical GPU 1 as cuda:0. A GPU that "
+          "does not exist stops the server at start. Simulated devices: --simulated_devices.");
 ABSL_FLAG(int, simulated_devices, 0,
           "Simulated accelerators to register (sim:0 ...): host memory behind a device's "
           "interface, with their own worker threads.");
@@ -101,6 +110,18 @@ int Main() {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  absl::StatusOr<DeviceSelection> selection = ParseDevicesFlag(absl::GetFlag(FLAGS_devices));
+  if (!selection.ok()) {
+    std::fprintf(stderr, "gradserve-server: %s\n",
+                 std::string(selection.status().message()).c_str());
+    return 2;
+  }
+  std::vector<std::string> gpus;
+  if (absl::Status s = RegisterSelectedDevices(*selection, &gpus); !s.ok()) {
+    std::fprintf(stderr, "gradserve-server: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  for (const std::string& line : gpus) LogLine(line);
   if (const int n = absl::GetFlag(FLAGS_simulated_devices); n > 0) {
     if (absl::Status s = RegisterSimulatedDevices(n); !s.ok()) {
       std::fprintf(stderr, "gradserve-server: --simulated_devices: %s\n", s.ToString().c_str());

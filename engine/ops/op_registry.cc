@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/ops/device_copy.h"
+
 namespace gradserve::ops {
 
 const OpRegistry& OpRegistry::Get() {
@@ -12,6 +14,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterLinalgOps(*r);
     RegisterShapeOps(*r);
     RegisterNNOps(*r);
+    RegisterDeviceCopyOps(*r);
     std::sort(r->ops_.begin(), r->ops_.end(),
               [](const OpSchema& a, const OpSchema& b) { return a.name < b.name; });
     return r;

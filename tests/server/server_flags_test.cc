@@ -6,7 +6,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/device/cuda_devices.h"
 #include "gtest/gtest.h"
+#include "server/devices_flag.h"
 #include "server/server_options.h"
 #include "tests/server/test_util.h"
 
@@ -52,8 +54,8 @@ TEST(ServerFlagsTest, BadFlagValuesStopTheBinaryWithAMessage) {
 TEST(ServerFlagsTest, HelpListsTheServersFlags) {
   ServerProcess process({"--help"});
   EXPECT_EQ(process.WaitForExit(absl::Seconds(20)), 1);  // absl's exit code for --help
-  for (const char* flag :
-       {"--listen", "--max_in_flight", "--log_requests", "--max_inline_cost", "--grace_period"}) {
+  for (const char* flag : {"--listen", "--max_in_flight", "--log_requests", "--max_inline_cost",
+                           "--grace_period", "--devices", "--simulated_devices"}) {
     EXPECT_TRUE(absl::StrContains(process.Log(), flag)) << flag << "\n" << process.Log();
   }
 }
@@ -90,6 +92,111 @@ TEST(ServerFlagsTest, LogRequestsChoosesWhichRequestsAreLogged) {
   log = LogOfOneGoodAndOneBadRequest({"--log_requests=none"});
   EXPECT_FALSE(absl::StrContains(log, "request id=")) << log;
   EXPECT_TRUE(absl::StrContains(log, "listening on")) << log;
+}
+
+// --- --devices and --simulated_devices ---
+
+TEST(ServerFlagsTest, DevicesFlagParses) {
+  absl::StatusOr<server::DeviceSelection> all = server::ParseDevicesFlag("all");
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_TRUE(all->all_gpus);
+  EXPECT_FALSE(all->gpus_required);
+
+  absl::StatusOr<server::DeviceSelection> cpu = server::ParseDevicesFlag("cpu");
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_FALSE(cpu->all_gpus);
+  EXPECT_TRUE(cpu->gpus.empty());
+
+  absl::StatusOr<server::DeviceSelection> cuda = server::ParseDevicesFlag("cpu,cuda");
+  ASSERT_TRUE(cuda.ok()) << cuda.status();
+  EXPECT_TRUE(cuda->all_gpus);
+  EXPECT_TRUE(cuda->gpus_required);
+
+  absl::StatusOr<server::DeviceSelection> two = server::ParseDevicesFlag("cuda:1,cuda:0");
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->gpus, (std::vector<int>{1, 0}));
+
+  for (const char* bad :
+       {"", "gpu", "cuda:x", "cuda:-1", "cuda:0,cuda:0", "all,cpu", "cuda,cuda:0", "sim:0"}) {
+    absl::StatusOr<server::DeviceSelection> s = server::ParseDevicesFlag(bad);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_TRUE(absl::StrContains(s.status().message(), "--devices")) << s.status();
+  }
+}
+
+TEST(ServerFlagsTest, AGpuThatDoesNotExistStopsTheServer) {
+  std::string why;
+  const int gpus = CudaDeviceCount(&why);
+  std::vector<std::string> missing = {absl::StrCat("cuda:", gpus)};
+  if (gpus == 0) missing.push_back("cuda");
+  for (const std::string& device : missing) {
+    ServerProcess process({absl::StrCat("--devices=cpu,", device)});
+    EXPECT_EQ(process.WaitForExit(absl::Seconds(20)), 2) << device;
+    const std::string log = process.Log();
+    EXPECT_TRUE(absl::StrContains(log, "--devices")) << log;
+    EXPECT_TRUE(absl::StrContains(log, device)) << log;
+    EXPECT_TRUE(absl::StrContains(log, "does not exist")) << log;
+    if (gpus == 0) EXPECT_TRUE(absl::StrContains(log, why)) << log;
+  }
+}
+
+TEST(ServerFlagsTest, BadDevicesFlagStopsTheServer) {
+  ServerProcess process({"--devices=tpu"});
+  EXPECT_EQ(process.WaitForExit(absl::Seconds(20)), 2);
+  EXPECT_TRUE(absl::StrContains(process.Log(), "--devices: unknown device 'tpu'")) << process.Log();
+}
+
+TEST(ServerFlagsTest, CpuOnlyAndDefaultDevicesServe) {
+  for (std::vector<std::string> flags :
+       {std::vector<std::string>{"--devices=cpu"}, std::vector<std::string>{}}) {
+    ServerProcess process(flags);
+    const int port = process.WaitForPort(absl::Seconds(20));
+    ASSERT_GT(port, 0) << process.Log();
+    std::unique_ptr<client::Client> client =
+        client::Client::Connect(absl::StrCat("127.0.0.1:", port));
+    EXPECT_TRUE(CheckSquareWorks(*client).ok());
+    absl::StatusOr<v1::ServerInfo> info = client->GetServerInfo();
+    ASSERT_TRUE(info.ok()) << info.status();
+    ASSERT_GE(info->devices_size(), 1);
+    EXPECT_EQ(info->devices(0).name(), "cpu");
+    if (!flags.empty()) EXPECT_EQ(info->devices_size(), 1);
+    // The default registers every GPU found, each with its description.
+    const int gpus = flags.empty() ? CudaDeviceCount() : 0;
+    EXPECT_EQ(info->devices_size(), 1 + gpus);
+    for (int i = 1; i < info->devices_size(); ++i) {
+      EXPECT_EQ(info->devices(i).name(), absl::StrCat("cuda:", i - 1));
+      EXPECT_FALSE(info->devices(i).description().empty());
+    }
+  }
+}
+
+TEST(ServerFlagsTest, SimulatedDevicesAreListedAndServeRequests) {
+  ServerProcess process({"--devices=cpu", "--simulated_devices=2"});
+  const int port = process.WaitForPort(absl::Seconds(20));
+  ASSERT_GT(port, 0) << process.Log();
+  std::unique_ptr<client::Client> client =
+      client::Client::Connect(absl::StrCat("127.0.0.1:", port));
+  absl::StatusOr<v1::ServerInfo> info = client->GetServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  std::vector<std::string> names;
+  for (const v1::DeviceInfo& d : info->devices()) {
+    names.push_back(d.name());
+    EXPECT_FALSE(d.description().empty()) << d.name();
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"cpu", "sim:0", "sim:1"}));
+
+  // A leaf on sim:1: the gradient is computed there and comes back as host bytes, labelled.
+  v1::GradRequest request = SquareRequest();
+  request.mutable_graph()->mutable_leaves(0)->mutable_value()->set_device("sim:1");
+  client::CallOptions options;
+  options.timeout = absl::Seconds(30);
+  absl::StatusOr<client::GradResult> r = client->Grad(request, options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->calls.size(), 1u);
+  ASSERT_EQ(r->calls[0].gradients.size(), 1u);
+  ASSERT_TRUE(r->calls[0].gradients[0].value);
+  EXPECT_EQ(r->calls[0].gradients[0].value->ToDoubles(), (std::vector<double>{2, 4, 6}));
+  EXPECT_EQ(r->calls[0].gradients[0].value->device, "sim:1");
 }
 
 }  // namespace
