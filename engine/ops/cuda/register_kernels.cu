@@ -4,6 +4,8 @@
 
 namespace gradserve::cuda {
 
-void RegisterCudaKernels() {}
+void RegisterShapeCudaKernels();  // shape_kernels.cu
+
+void RegisterCudaKernels() { RegisterShapeCudaKernels(); }
 
 }  // namespace gradserve::cuda
