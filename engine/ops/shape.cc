@@ -9,8 +9,10 @@
 #include "absl/strings/str_join.h"
 #include "engine/autograd/node.h"
 #include "engine/autograd/saved_variable.h"
+#include "engine/device/device_registry.h"
 #include "engine/ops/broadcast.h"
 #include "engine/ops/shape_common.h"
+#include "engine/ops/shape_kernels.h"
 #include "engine/tensor/basic_kernels.h"
 
 namespace gradserve::ops {
@@ -385,66 +387,120 @@ void ForEachGathered(const Tensor& index, const Tensor& target, int64_t dim, Fn&
                   [&](int64_t i, int64_t t) { fn(i, t + idx[i] * dim_stride); });
 }
 
+// ---------------------------------------------------------------------------------------------
+// The CPU kernels of the stubs in shape_kernels.h.
+
+void IndexSelectCpu(const Tensor& out, const Tensor& in, const Tensor& index,
+                    const IndexGeometry& g) {
+  const int64_t row_bytes = g.inner * ElementSize(in.dtype());
+  if (row_bytes == 0) return;
+  const char* src = static_cast<const char*>(in.raw_data());
+  char* dst = static_cast<char*>(out.raw_data());
+  const int64_t* iv = index.data<int64_t>();
+  for (int64_t o = 0; o < g.outer; ++o) {
+    for (int64_t j = 0; j < g.n; ++j) {
+      char* row = dst + (o * g.n + j) * row_bytes;
+      if (g.has_skip && iv[j] == g.skip) {
+        std::memset(row, 0, row_bytes);
+      } else {
+        std::memcpy(row, src + (o * g.size + iv[j]) * row_bytes, row_bytes);
+      }
+    }
+  }
+}
+
+void IndexAddCpu(const Tensor& dst, const Tensor& src, const Tensor& index,
+                 const IndexGeometry& g) {
+  const int64_t* iv = index.data<int64_t>();
+  DispatchFloating(dst.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* out = dst.data<T>();
+    const T* in = src.data<T>();
+    for (int64_t o = 0; o < g.outer; ++o) {
+      for (int64_t j = 0; j < g.n; ++j) {
+        if (g.has_skip && iv[j] == g.skip) continue;
+        T* to = out + (o * g.size + iv[j]) * g.inner;
+        const T* from = in + (o * g.n + j) * g.inner;
+        for (int64_t k = 0; k < g.inner; ++k) to[k] += from[k];
+      }
+    }
+  });
+}
+
+void GatherCpu(const Tensor& out, const Tensor& input, const Tensor& index, int64_t dim) {
+  DispatchDType(input.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* to = out.data<T>();
+    const T* from = input.data<T>();
+    ForEachGathered(index, input, dim, [&](int64_t i, int64_t t) { to[i] = from[t]; });
+  });
+}
+
+void ScatterAddCpu(const Tensor& out, const Tensor& src, const Tensor& index, int64_t dim) {
+  DispatchFloating(src.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* to = out.data<T>();
+    const T* from = src.data<T>();
+    ForEachGathered(index, out, dim, [&](int64_t i, int64_t t) { to[t] += from[i]; });
+  });
+}
+
+// The index as a contiguous tensor the kernels for `device` can read: moved there when it is
+// elsewhere and one of the two is not host memory (a GPU's kernels cannot read a host index).
+Tensor IndexFor(const Tensor& index, Device device) {
+  auto& registry = DeviceRegistry::Get();
+  if (index.device() != device &&
+      !(registry.host_accessible(index.device()) && registry.host_accessible(device))) {
+    return index.To(device).contiguous();
+  }
+  return index.contiguous();
+}
+
+// The [outer, size, inner] view of index_select / index_add around dim of `shape` (a 0-d
+// shape counts as [1]), with n indices and the skip.
+IndexGeometry IndexGeometryOf(absl::Span<const int64_t> shape, int64_t dim, int64_t n,
+                              std::optional<int64_t> skip) {
+  const Shape s = shape.empty() ? Shape{1} : Shape(shape.begin(), shape.end());
+  IndexGeometry g;
+  g.outer = ProductOf(s, 0, dim);
+  g.size = s[dim];
+  g.inner = ProductOf(s, dim + 1, s.size());
+  g.n = n;
+  g.has_skip = skip.has_value();
+  g.skip = skip.value_or(0);
+  return g;
+}
+
 }  // namespace
+
+StubFor<IndexSelectFn> index_select_stub("index_select", &IndexSelectCpu);
+StubFor<IndexAddFn> index_add_stub("index_add", &IndexAddCpu);
+StubFor<GatherFn> gather_stub("gather", &GatherCpu);
+StubFor<ScatterAddFn> scatter_add_stub("scatter_add", &ScatterAddCpu);
 
 // ---------------------------------------------------------------------------------------------
 // Kernels declared in shape_common.h.
 
 Tensor IndexSelectKernel(const Tensor& input, int64_t dim, const Tensor& index,
                          std::optional<int64_t> skip) {
-  RequireHostMemory("index_select", input);
   const Tensor in = input.contiguous();
-  const Tensor idx = index.contiguous();
-  const Shape in_shape = input.dim() == 0 ? Shape{1} : input.shape();
-  const int64_t outer = ProductOf(in_shape, 0, dim);
-  const int64_t size = in_shape[dim];
-  const int64_t n = idx.numel();
-  const int64_t row_bytes =
-      ProductOf(in_shape, dim + 1, in_shape.size()) * ElementSize(input.dtype());
+  const Tensor idx = IndexFor(index, input.device());
   Tensor out =
       Tensor::Empty(IndexSelectShape(input.shape(), dim, index), input.dtype(), input.device());
-  const char* src = static_cast<const char*>(in.raw_data());
-  char* dst = static_cast<char*>(out.raw_data());
-  const int64_t* iv = idx.data<int64_t>();
-  if (row_bytes == 0) return out;
-  for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t j = 0; j < n; ++j) {
-      char* row = dst + (o * n + j) * row_bytes;
-      if (skip.has_value() && iv[j] == *skip) {
-        std::memset(row, 0, row_bytes);
-      } else {
-        std::memcpy(row, src + (o * size + iv[j]) * row_bytes, row_bytes);
-      }
-    }
-  }
+  if (out.numel() == 0) return out;
+  index_select_stub(input.device(), out, in, idx,
+                    IndexGeometryOf(input.shape(), dim, idx.numel(), skip));
   return out;
 }
 
 void IndexAddKernel(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src,
                     std::optional<int64_t> skip) {
-  RequireHostMemory("index_add", dst);
   GS_CHECK_INTERNAL(dst.is_contiguous() && IsFloating(dst.dtype()) && dst.dtype() == src.dtype());
+  GS_CHECK_INTERNAL(dst.device() == src.device(), "index_add across devices");
   const Tensor s = src.contiguous();
-  const Tensor idx = index.contiguous();
-  const Shape shape = dst.dim() == 0 ? Shape{1} : dst.shape();
-  const int64_t outer = ProductOf(shape, 0, dim);
-  const int64_t size = shape[dim];
-  const int64_t inner = ProductOf(shape, dim + 1, shape.size());
-  const int64_t n = idx.numel();
-  const int64_t* iv = idx.data<int64_t>();
-  DispatchFloating(dst.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    T* out = dst.data<T>();
-    const T* in = s.data<T>();
-    for (int64_t o = 0; o < outer; ++o) {
-      for (int64_t j = 0; j < n; ++j) {
-        if (skip.has_value() && iv[j] == *skip) continue;
-        T* to = out + (o * size + iv[j]) * inner;
-        const T* from = in + (o * n + j) * inner;
-        for (int64_t k = 0; k < inner; ++k) to[k] += from[k];
-      }
-    }
-  });
+  const Tensor idx = IndexFor(index, dst.device());
+  if (s.numel() == 0) return;
+  index_add_stub(dst.device(), dst, s, idx, IndexGeometryOf(dst.shape(), dim, idx.numel(), skip));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -597,7 +653,6 @@ Tensor cat(absl::Span<const Tensor> tensors, int64_t dim) {
   }
   shape[dim] = total;
   Tensor out = Tensor::Empty(shape, first.dtype(), first.device());
-  RequireHostMemory("cat", out);
   int64_t offset = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     CopyInto(NarrowView(out, dim, offset, sizes[i]), tensors[i]);
@@ -623,7 +678,6 @@ Tensor stack(absl::Span<const Tensor> tensors, int64_t dim) {
   dim = WrapInsertDimArg("stack", "dim", dim, first.shape());
   const int64_t count = static_cast<int64_t>(tensors.size());
   Tensor out = Tensor::Empty(ShapeWith(first.shape(), dim, count), first.dtype(), first.device());
-  RequireHostMemory("stack", out);
   for (int64_t i = 0; i < count; ++i) CopyInto(SelectView(out, dim, i), tensors[i]);
   RecordIfNeeded(out, tensors, [&] { return MakeNode<StackBackward>(dim, count); });
   return out;
@@ -695,15 +749,9 @@ Tensor IndexAddIntoZeros(absl::Span<const int64_t> shape, int64_t dim, const Ten
 Tensor gather(const Tensor& input, int64_t dim, const Tensor& index) {
   GS_CHECK_ARG(input.defined(), "gather: input is missing");
   dim = CheckGatherArgs("gather", input.shape(), dim, index);
-  RequireHostMemory("gather", input);
-  const Tensor idx = index.contiguous();
+  const Tensor idx = IndexFor(index, input.device());
   Tensor out = Tensor::Empty(index.shape(), input.dtype(), input.device());
-  DispatchDType(input.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    T* to = out.data<T>();
-    const T* from = input.data<T>();
-    ForEachGathered(idx, input, dim, [&](int64_t i, int64_t t) { to[i] = from[t]; });
-  });
+  if (out.numel() > 0) gather_stub(input.device(), out, input, idx, dim);
   RecordIfNeeded(out, {input}, [&] { return MakeNode<GatherBackward>(input.shape(), dim, index); });
   return out;
 }
@@ -714,16 +762,10 @@ Tensor ScatterAddIntoZeros(absl::Span<const int64_t> shape, int64_t dim, const T
   dim = CheckGatherArgs("scatter_add", shape, dim, index);
   GS_CHECK_ARG(src.shape() == index.shape(), "scatter_add: src has shape ",
                ShapeToString(src.shape()), " but index has shape ", ShapeToString(index.shape()));
-  RequireHostMemory("scatter_add", src);
-  const Tensor idx = index.contiguous();
+  const Tensor idx = IndexFor(index, src.device());
   const Tensor s = src.contiguous();
   Tensor out = Tensor::Zeros(shape, src.dtype(), src.device());
-  DispatchFloating(src.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    T* to = out.data<T>();
-    const T* from = s.data<T>();
-    ForEachGathered(idx, out, dim, [&](int64_t i, int64_t t) { to[t] += from[i]; });
-  });
+  if (s.numel() > 0) scatter_add_stub(src.device(), out, s, idx, dim);
   RecordIfNeeded(out, {src}, [&] { return MakeNode<ScatterAddBackward>(dim, index); });
   return out;
 }

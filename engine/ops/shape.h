@@ -79,8 +79,8 @@ Tensor gather(const Tensor& input, int64_t dim, const Tensor& index);
 
 // The adjoint of index_select: zeros of `shape` with slice index[j] of source along dim added
 // for each j (repeated indices sum). `skip`: a slice whose index equals it is left out (the
-// embedding's padding_idx). Deterministic: one thread adds in order. Records
-// IndexAddBackward0, differentiable with respect to source.
+// embedding's padding_idx). Deterministic on the CPU, where one thread adds in order; a GPU adds
+// with atomics, in any order. Records IndexAddBackward0, differentiable with respect to source.
 Tensor IndexAddIntoZeros(absl::Span<const int64_t> shape, int64_t dim, const Tensor& index,
                          const Tensor& source, std::optional<int64_t> skip = std::nullopt);
 
@@ -90,7 +90,8 @@ Tensor IndexSelectSkipping(const Tensor& input, int64_t dim, const Tensor& index
                            std::optional<int64_t> skip);
 
 // The adjoint of gather: zeros of `shape` with src[i][j][k] added at [i][index[i][j][k]][k]
-// (dim 1). Deterministic. Records ScatterAddBackward0, differentiable with respect to src.
+// (dim 1). Deterministic on the CPU; a GPU adds with atomics. Records ScatterAddBackward0,
+// differentiable with respect to src.
 Tensor ScatterAddIntoZeros(absl::Span<const int64_t> shape, int64_t dim, const Tensor& index,
                            const Tensor& src);
 

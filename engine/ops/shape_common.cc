@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/device/device_registry.h"
 #include "engine/tensor/basic_kernels.h"
 
 namespace gradserve::ops {
@@ -56,12 +57,16 @@ void CheckSameDTypeAndDevice(const char* op, const char* arg_a, const Tensor& a,
 void CheckIndices(const char* op, const char* arg, const Tensor& index, int64_t bound,
                   std::optional<int64_t> skip, const std::string& what) {
   CheckDTypeArg(op, arg, index, DType::kInt64);
-  RequireHostMemory(op, index);
-  const int64_t* data = index.data<int64_t>();
+  // An index in GPU memory is copied to the host to be checked here, before any kernel reads
+  // it: indices are small next to what they index, and an out-of-range one must be an
+  // INVALID_ARGUMENT naming it, not a fault inside a kernel.
+  const Tensor host =
+      DeviceRegistry::Get().host_accessible(index.device()) ? index : index.To(kCPU);
+  const int64_t* data = host.data<int64_t>();
   int64_t linear = 0;
   int64_t bad_linear = -1;
   int64_t bad_value = 0;
-  ForEachStrided2(index.shape(), index.strides(), index.strides(), [&](int64_t o, int64_t) {
+  ForEachStrided2(host.shape(), host.strides(), host.strides(), [&](int64_t o, int64_t) {
     const int64_t v = data[o];
     if (bad_linear < 0 && (v < 0 || v >= bound) && !(skip.has_value() && v == *skip)) {
       bad_linear = linear;

@@ -38,7 +38,8 @@ void CheckSameDTypeAndDevice(const char* op, const char* arg_a, const Tensor& a,
 // Checks every element of an int64 tensor against [0, bound); `skip`, if given, is also allowed
 // (ignore_index, padding_idx). The message names the first bad element by position, its value
 // and what it indexes, e.g. "gather: index[1, 0] = 7 is out of range for dimension 1 of input
-// with shape [2, 3]". `what` completes "for <what>".
+// with shape [2, 3]". `what` completes "for <what>". An index in GPU memory is copied to the
+// host for the check.
 void CheckIndices(const char* op, const char* arg, const Tensor& index, int64_t bound,
                   std::optional<int64_t> skip, const std::string& what);
 
@@ -50,7 +51,8 @@ Shape ShapeWith(absl::Span<const int64_t> shape, int64_t dim, int64_t size);
 int64_t ProductOf(absl::Span<const int64_t> shape, int64_t begin, int64_t end);
 
 // --- Kernels without autograd, shared by the index ops and embedding (defined in shape.cc).
-// Indices must have been checked (CheckIndices) by the caller; host memory only.
+// Indices must have been checked (CheckIndices) by the caller. They run on any device with
+// kernels for the index ops (shape_kernels.h); the index is moved to the data's device if needed.
 
 // The slices of input along dim named by the 0-d or 1-d index, in a new contiguous tensor whose
 // dim has index.numel() entries (a 0-d input gives index's shape). Slices whose index equals

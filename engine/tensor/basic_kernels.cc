@@ -3,11 +3,53 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "engine/device/device_registry.h"
+#include "engine/ops/functors.h"
+#include "engine/ops/op_kernels.h"
+#include "engine/util/host_device.h"
 
 namespace gradserve {
+
+// Functors of the GPU paths below (Note [Kernels for every device] in engine/ops/op_kernels.h):
+// namespace-scope structs holding values only, so nvcc can instantiate them as CUDA kernels.
+namespace basic_kernels_internal {
+
+// Every element set to value (a MapKernel without inputs).
+template <typename T>
+struct FillWith {
+  T value;
+  GS_HOST_DEVICE T operator()() const { return value; }
+};
+
+// a + b (AccumulateInto, AddSameShape).
+template <typename T>
+struct AddPair {
+  GS_HOST_DEVICE T operator()(T a, T b) const { return a + b; }
+};
+
+// The NaN check as a reduction in T: the accumulator is NaN once any element was (x != x is
+// true only for NaN), and 0 otherwise; combining two accumulators keeps a NaN.
+template <typename T>
+struct KeepNaN {
+  GS_HOST_DEVICE T operator()(T acc, T v) const {
+    if (acc != acc) return acc;
+    return v != v ? v : T(0);
+  }
+};
+template <typename T>
+struct IsNaN {
+  GS_HOST_DEVICE bool operator()(T acc) const { return acc != acc; }
+};
+
+}  // namespace basic_kernels_internal
+
 namespace {
+
+using namespace basic_kernels_internal;  // NOLINT(build/namespaces)
+
+bool OnGpu(const Tensor& t) { return t.device().type == DeviceType::kCUDA; }
 
 void CheckHost(const Tensor& t, const char* what) {
   if (!DeviceRegistry::Get().host_accessible(t.device())) {
@@ -33,6 +75,17 @@ To Convert(From v) {
 }  // namespace
 
 void Fill(const Tensor& dst, double value) {
+#if GS_CUDA_KERNELS
+  // Only where GPU kernels exist: elsewhere a GPU tensor cannot be made, and the CPU half of a
+  // MapKernel without inputs is never used.
+  if (OnGpu(dst)) {
+    DispatchDType(dst.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      ops::MapKernel<T>(dst, FillWith<T>{Convert<T>(value)});
+    });
+    return;
+  }
+#endif
   CheckHost(dst, "fill");
   DispatchDType(dst.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -51,15 +104,30 @@ void Fill(const Tensor& dst, double value) {
 void CopyInto(const Tensor& dst, const Tensor& src) {
   CheckSameShape(dst, src, "copy");
   auto& registry = DeviceRegistry::Get();
-  const bool host =
-      registry.host_accessible(dst.device()) && registry.host_accessible(src.device());
-  if (!host) {
-    GS_CHECK_ARG(dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous(),
-                 "copy between ", DeviceName(src.device()), " and ", DeviceName(dst.device()),
-                 " needs contiguous tensors of one dtype");
-    const Device other = dst.device().is_cpu() ? src.device() : dst.device();
+  const bool dst_host = registry.host_accessible(dst.device());
+  const bool src_host = registry.host_accessible(src.device());
+  if (!dst_host || !src_host) {
+    if (dst.device() == src.device()) {
+      // On one GPU: a strided copy with conversion, as one kernel on the device.
+      DispatchDType(dst.dtype(), [&](auto dtag) {
+        using D = decltype(dtag);
+        DispatchDType(src.dtype(), [&](auto stag) {
+          using S = decltype(stag);
+          ops::MapKernel<D, S>(dst, ops::CastTo<D>{}, src);
+        });
+      });
+      return;
+    }
+    // Between devices the backends move the bytes of contiguous tensors of one dtype, so src is
+    // converted and packed on its own device first, and a strided dst is filled on its device
+    // from a packed copy after.
+    const Tensor from = src.To(dst.dtype()).contiguous();
+    const Tensor to =
+        dst.is_contiguous() ? dst : Tensor::Empty(dst.shape(), dst.dtype(), dst.device());
+    const Device other = dst_host ? src.device() : dst.device();
     registry.backend(other.type)
-        ->Copy(dst.raw_data(), dst.device(), src.raw_data(), src.device(), dst.nbytes());
+        ->Copy(to.raw_data(), to.device(), from.raw_data(), from.device(), to.nbytes());
+    if (!to.is_same(dst)) CopyInto(dst, to);
     return;
   }
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
@@ -82,6 +150,20 @@ void AccumulateInto(const Tensor& dst, const Tensor& src) {
   CheckSameShape(dst, src, "accumulate");
   GS_CHECK_ARG(dst.dtype() == src.dtype(), "accumulate: dtypes ", DTypeName(dst.dtype()), " and ",
                DTypeName(src.dtype()), " differ");
+  if (OnGpu(dst) || OnGpu(src)) {
+    GS_CHECK_ARG(dst.device() == src.device(), "accumulate: tensors on ", DeviceName(dst.device()),
+                 " and ", DeviceName(src.device()));
+    DispatchDType(dst.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, bool>) {
+        ThrowStatus(absl::InvalidArgumentError("accumulate: bool tensors cannot be summed"));
+      } else {
+        // dst is read and written at the same index, which MapKernel allows.
+        ops::MapKernel<T, T, T>(dst, AddPair<T>{}, dst, src);
+      }
+    });
+    return;
+  }
   CheckHost(dst, "accumulate");
   CheckHost(src, "accumulate");
   DispatchDType(dst.dtype(), [&](auto tag) {
@@ -110,9 +192,19 @@ Tensor AddSameShape(const Tensor& a, const Tensor& b) {
     AccumulateInto(out, b);
     return out;
   }
+  // Both packed: one pass, out = a + b, instead of a copy and then a sum.
+  if (OnGpu(a) || OnGpu(b)) {
+    GS_CHECK_ARG(a.device() == b.device(), "add: tensors on ", DeviceName(a.device()), " and ",
+                 DeviceName(b.device()));
+    Tensor out = a.EmptyLike();
+    DispatchDType(a.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if constexpr (!std::is_same_v<T, bool>) ops::MapKernel<T, T, T>(out, AddPair<T>{}, a, b);
+    });
+    return out;
+  }
   CheckHost(a, "add");
   CheckHost(b, "add");
-  // Both packed: one pass, out = a + b, instead of a copy and then a sum.
   Tensor out = a.EmptyLike();
   DispatchDType(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -134,6 +226,17 @@ bool OwnedExclusively(const Tensor& t) {
 
 bool HasNaN(const Tensor& t) {
   if (!IsFloating(t.dtype())) return false;
+  if (OnGpu(t)) {
+    // A reduction over every element into one bool on the device; only that value is copied
+    // back (Tensor::To waits for the kernel).
+    const Tensor flag = Tensor::Empty({}, DType::kBool, t.device());
+    const absl::InlinedVector<bool, 6> all(t.dim(), true);
+    DispatchFloating(t.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      ops::ReduceKernel<T, T, bool>(t, all, flag, T(0), KeepNaN<T>{}, IsNaN<T>{});
+    });
+    return *flag.To(kCPU).data<bool>();
+  }
   CheckHost(t, "nan check");
   bool found = false;
   DispatchFloating(t.dtype(), [&](auto tag) {

@@ -1,8 +1,10 @@
 // The few kernels the Engine itself needs: fill, copy, accumulate, add and the NaN check.
 // The op set (engine/ops/) builds on these and adds its own.
 //
-// All of them work on tensors of any strides on host-accessible devices; CopyInto also moves
-// bytes between devices through their backends. They record no autograd history.
+// All of them work on tensors of any strides on host-accessible devices and on GPUs (there as
+// asynchronous kernels on the tensor's current stream, through MapKernel and ReduceKernel of
+// engine/ops/op_kernels.h); CopyInto also moves bytes between devices through their backends.
+// They record no autograd history.
 // Errors: StatusError(INVALID_ARGUMENT) for mismatched shapes or dtypes.
 
 #ifndef GRADSERVE_ENGINE_TENSOR_BASIC_KERNELS_H_
@@ -18,10 +20,11 @@ namespace gradserve {
 void Fill(const Tensor& dst, double value);
 
 // dst = src elementwise; shapes must be equal; converts dtype; src and dst may be on different
-// devices (then both must be contiguous).
+// devices (then src is converted and packed on its device, the backend copies the bytes, and a
+// strided dst is filled from a packed copy on its own device).
 void CopyInto(const Tensor& dst, const Tensor& src);
 
-// dst += src elementwise; same shape and dtype.
+// dst += src elementwise; same shape and dtype (and device, where one is a GPU).
 void AccumulateInto(const Tensor& dst, const Tensor& src);
 
 // A new tensor a + b; same shape and dtype; on a's device.
@@ -33,7 +36,8 @@ Tensor AddSameShape(const Tensor& a, const Tensor& b);
 // buffer]).
 bool OwnedExclusively(const Tensor& t);
 
-// True if a floating tensor holds a NaN.
+// True if a floating tensor holds a NaN. For a GPU tensor this waits for the device (one value
+// is copied back).
 bool HasNaN(const Tensor& t);
 
 // Calls fn(offset_a, offset_b) for each element in row-major order of `shape`, where the

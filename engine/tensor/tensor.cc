@@ -55,7 +55,8 @@ Tensor Tensor::Zeros(absl::Span<const int64_t> shape, DType dtype, Device device
 }
 
 Tensor Tensor::Full(absl::Span<const int64_t> shape, double value, DType dtype, Device device) {
-  if (!DeviceRegistry::Get().host_accessible(device)) {
+  // Fill runs on the host and on GPUs; another device gets a filled host tensor copied over.
+  if (device.type != DeviceType::kCUDA && !DeviceRegistry::Get().host_accessible(device)) {
     Tensor host = Full(shape, value, dtype, kCPU);
     return host.To(device);
   }

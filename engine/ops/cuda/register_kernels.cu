@@ -8,6 +8,11 @@ void RegisterNnCudaKernels();  // nn_kernels.cu: nn, conv2d and matmul's gemm
 
 namespace gradserve::cuda {
 
-void RegisterCudaKernels() { ops::cuda_kernels::RegisterNnCudaKernels(); }
+void RegisterShapeCudaKernels();  // shape_kernels.cu: the index ops
+
+void RegisterCudaKernels() {
+  ops::cuda_kernels::RegisterNnCudaKernels();
+  RegisterShapeCudaKernels();
+}
 
 }  // namespace gradserve::cuda
