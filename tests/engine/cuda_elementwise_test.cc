@@ -52,8 +52,8 @@ void Compare(const std::string& name, const Tensor& cpu, const Tensor& gpu, doub
     return;
   }
   for (size_t i = 0; i < a.size(); ++i) {
-    const bool both_nan = std::isnan(a[i]) && std::isnan(b[i]);
-    if (!both_nan && !(std::abs(a[i] - b[i]) <= tol * (1 + std::abs(a[i])))) {
+    const bool same = a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]));  // infinities too
+    if (!same && !(std::abs(a[i] - b[i]) <= tol * (1 + std::abs(a[i])))) {
       std::printf("FAIL %s: [%zu] cpu %.17g gpu %.17g\n", name.c_str(), i, a[i], b[i]);
       ++failures;
       return;

@@ -181,23 +181,27 @@ TEST_F(CudaTest, ALongChainOnTheGpu) {
 TEST_F(CudaTest, AGradientCrossingStreamsIsOrderedByAnEvent) {
   cudaStream_t side;
   ASSERT_EQ(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), cudaSuccess);
-  Tensor x = Random({1 << 22}, DType::kFloat32, 6).To(kGpu);
-  x.set_requires_grad(true);
-  Tensor y;
+  // A stream must outlive the tensors whose memory was used on it (Note [Caching allocator]).
   {
-    StreamScope on_side({kGpu, reinterpret_cast<uintptr_t>(side)});
-    y = ops::mul(x, 3.0);  // MulBackward0 records the side stream
+    Tensor x = Random({1 << 22}, DType::kFloat32, 6).To(kGpu);
+    x.set_requires_grad(true);
+    Tensor y;
+    {
+      StreamScope on_side({kGpu, reinterpret_cast<uintptr_t>(side)});
+      y = ops::mul(x, 3.0);  // MulBackward0 records the side stream
+    }
+    Tensor z = y;
+    for (int i = 0; i < 20; ++i) z = ops::mul(ops::sin(z), 1.0);  // on the compute stream
+    auto grads = autograd::Grad({ops::sum(z)}, {Tensor()}, {x}, {});
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    Tensor xc = x.detach().To(kCPU);
+    xc.set_requires_grad(true);
+    Tensor zc = ops::mul(xc, 3.0);
+    for (int i = 0; i < 20; ++i) zc = ops::mul(ops::sin(zc), 1.0);
+    auto expected = autograd::Grad({ops::sum(zc)}, {Tensor()}, {xc}, {});
+    ExpectClose((*grads)[0], (*expected)[0], 1e-4);
   }
-  Tensor z = y;
-  for (int i = 0; i < 20; ++i) z = ops::mul(ops::sin(z), 1.0);  // on the compute stream
-  auto grads = autograd::Grad({ops::sum(z)}, {Tensor()}, {x}, {});
-  ASSERT_TRUE(grads.ok()) << grads.status();
-  Tensor xc = x.detach().To(kCPU);
-  xc.set_requires_grad(true);
-  Tensor zc = ops::mul(xc, 3.0);
-  for (int i = 0; i < 20; ++i) zc = ops::mul(ops::sin(zc), 1.0);
-  auto expected = autograd::Grad({ops::sum(zc)}, {Tensor()}, {xc}, {});
-  ExpectClose((*grads)[0], (*expected)[0], 1e-4);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   cudaStreamDestroy(side);
 }
 #endif

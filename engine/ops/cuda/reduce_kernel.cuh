@@ -120,8 +120,8 @@ __global__ void ReducePartials(int64_t n_red, StridedIndexer<1> kept, StridedInd
 }
 
 template <typename T, typename AccT, typename OutT, typename Combine, typename Finalize>
-void LaunchReduce(const Tensor& input, absl::Span<const bool> reduced, const Tensor& out,
-                  AccT init, const Combine& combine, const Finalize& finalize) {
+void LaunchReduce(const Tensor& input, absl::Span<const bool> reduced, const Tensor& out, AccT init,
+                  const Combine& combine, const Finalize& finalize) {
   const int64_t n_out = out.numel();
   if (n_out == 0) return;
   Shape kept_sizes, red_sizes;
@@ -140,7 +140,8 @@ void LaunchReduce(const Tensor& input, absl::Span<const bool> reduced, const Ten
       kept_strides.push_back(input.strides()[d]);
     }
   }
-  const StridedIndexer<1> kept = MakeIndexer<1>(kept_sizes, {absl::Span<const int64_t>(kept_strides)});
+  const StridedIndexer<1> kept =
+      MakeIndexer<1>(kept_sizes, {absl::Span<const int64_t>(kept_strides)});
   const StridedIndexer<1> red = MakeIndexer<1>(red_sizes, {absl::Span<const int64_t>(red_strides)});
   cuda::DeviceGuard guard(cuda::PhysicalIndex(out.device().index));
   const cudaStream_t stream = StreamOf(out);
@@ -157,11 +158,13 @@ void LaunchReduce(const Tensor& input, absl::Span<const bool> reduced, const Ten
     GS_CUDA_CHECK_LAUNCH("ReduceKernel");
     // The partials of output o are contiguous: reduce [n_out, parts] along its last dimension.
     const std::array<int64_t, 1> row_size{n_out}, row_stride{parts}, col_size{parts}, col_stride{1};
-    const StridedIndexer<1> rows = MakeIndexer<1>(row_size, {absl::Span<const int64_t>(row_stride)});
-    const StridedIndexer<1> cols = MakeIndexer<1>(col_size, {absl::Span<const int64_t>(col_stride)});
-    ReducePerBlock<AccT, AccT, OutT><<<BlocksFor(n_out, 1), kThreads, kThreads * sizeof(AccT),
-                                       stream>>>(n_out, parts, rows, cols, partial, o, init,
-                                                 combine, finalize);
+    const StridedIndexer<1> rows =
+        MakeIndexer<1>(row_size, {absl::Span<const int64_t>(row_stride)});
+    const StridedIndexer<1> cols =
+        MakeIndexer<1>(col_size, {absl::Span<const int64_t>(col_stride)});
+    ReducePerBlock<AccT, AccT, OutT>
+        <<<BlocksFor(n_out, 1), kThreads, kThreads * sizeof(AccT), stream>>>(
+            n_out, parts, rows, cols, partial, o, init, combine, finalize);
     GS_CUDA_CHECK_LAUNCH("ReduceKernel");
     // Stream order makes the block safe to reuse once freed (Note [Caching allocator]).
     device_memory->Deallocate(partial, bytes);
