@@ -866,98 +866,21 @@ TensorList ClampFormula(const ElementwiseBackward& n, const Tensor& g) {
 }
 
 // The forward functors of the unary ops, one per op.
-
-struct Negate {
-  template <typename T>
-  GS_HOST_DEVICE T operator()(T v) const {
-    return -v;
-  }
-};
-
-struct SignOf {
-  template <typename T>
-  GS_HOST_DEVICE T operator()(T v) const {
-    return static_cast<T>((v > T(0)) - (v < T(0)));
-  }
-};
-
-struct AbsOf {
-  template <typename T>
-  GS_HOST_DEVICE T operator()(T v) const {
-    return v < 0 ? -v : v;
-  }
-};
-
-struct ExpOf {
-  template <typename T>
-  GS_HOST_DEVICE T operator()(T v) const {
-    return std::exp(v);
-  }
-};
-
-struct LogOf {
-  template <typename T>
-  GS_HOST_DEVICE T operator()(T v) const {
-    return std::log(v);
-  }
-};
-
-struct SqrtOf {
-  template <typename T>
-  GS_HOST_DEVICE T operator()(T v) const {
-    return std::sqrt(v);
-  }
-};
-
-struct RsqrtOf {
-  template <typename T>
-  GS_HOST_DEVICE T operator()(T v) const {
-    return T(1) / std::sqrt(v);
-  }
-};
-
-struct SinOf {
-  template <typename T>
-  GS_HOST_DEVICE T operator()(T v) const {
-    return std::sin(v);
-  }
-};
-
-struct CosOf {
-  template <typename T>
-  GS_HOST_DEVICE T operator()(T v) const {
-    return std::cos(v);
-  }
-};
-
-struct TanhOf {
-  template <typename T>
-  GS_HOST_DEVICE T operator()(T v) const {
-    return std::tanh(v);
-  }
-};
-
-struct SigmoidOf {
-  template <typename T>
-  GS_HOST_DEVICE T operator()(T v) const {
-    return T(1) / (T(1) + std::exp(-v));
-  }
-};
-
-struct ErfOf {
-  template <typename T>
-  GS_HOST_DEVICE T operator()(T v) const {
-    return std::erf(v);
-  }
-};
+GS_UNARY_FUNCTOR(Negate, -v);
+GS_UNARY_FUNCTOR(SignOf, static_cast<T>((v > T(0)) - (v < T(0))));
+GS_UNARY_FUNCTOR(AbsOf, v < 0 ? -v : v);
+GS_UNARY_FUNCTOR(ExpOf, std::exp(v));
+GS_UNARY_FUNCTOR(LogOf, std::log(v));
+GS_UNARY_FUNCTOR(SqrtOf, std::sqrt(v));
+GS_UNARY_FUNCTOR(RsqrtOf, T(1) / std::sqrt(v));
+GS_UNARY_FUNCTOR(SinOf, std::sin(v));
+GS_UNARY_FUNCTOR(CosOf, std::cos(v));
+GS_UNARY_FUNCTOR(TanhOf, std::tanh(v));
+GS_UNARY_FUNCTOR(SigmoidOf, T(1) / (T(1) + std::exp(-v)));
+GS_UNARY_FUNCTOR(ErfOf, std::erf(v));
 
 // `v < 0 ? 0 : v` keeps NaN, as PyTorch's relu does.
-struct ReluOf {
-  template <typename T>
-  GS_HOST_DEVICE T operator()(T v) const {
-    return v < 0 ? T(0) : v;
-  }
-};
+GS_UNARY_FUNCTOR(ReluOf, v < 0 ? T(0) : v);
 
 // gelu with approximate='tanh'.
 struct GeluTanh {

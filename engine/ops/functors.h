@@ -8,6 +8,16 @@
 
 namespace gradserve::ops {
 
+// Defines struct Name, a functor whose operator() returns `expr` of its argument v (of any
+// element type T): the one-line forward formulas of the unary ops.
+#define GS_UNARY_FUNCTOR(Name, expr)         \
+  struct Name {                              \
+    template <typename T>                    \
+    GS_HOST_DEVICE T operator()(T v) const { \
+      return expr;                           \
+    }                                        \
+  }
+
 // acc + v in the accumulator's type: sums (ReduceKernel's combine).
 template <typename Acc>
 struct SumInto {

@@ -197,7 +197,8 @@ void MapKernelImpl(const Tensor& out, Fn& fn, std::index_sequence<I...>, TensorR
     return;
   }
   constexpr size_t N = 1 + sizeof...(InTs);
-  const std::array<Strides, N - 1> bs{BroadcastStrides(ins.shape(), ins.strides(), out.shape())...};
+  [[maybe_unused]] const std::array<Strides, N - 1> bs{
+      BroadcastStrides(ins.shape(), ins.strides(), out.shape())...};
   const std::array<absl::Span<const int64_t>, N> spans{absl::Span<const int64_t>(out.strides()),
                                                        absl::Span<const int64_t>(bs[I])...};
   ForEachRow<N>(
