@@ -88,14 +88,6 @@ void RequireNotBool(const char* op, const char* arg, const Tensor& t) {
                " must be float32, float64 or int64, got bool");
 }
 
-void RequireHostMemory(const char* op, const Tensor& t) {
-  if (t.device().is_cpu()) return;
-  if (!DeviceRegistry::Get().host_accessible(t.device())) {
-    ThrowStatus(absl::UnimplementedError(
-        absl::StrCat(op, ": no kernel for a tensor on ", DeviceName(t.device()), " yet")));
-  }
-}
-
 void ThrowNoDeviceKernel(const char* kernel, Device device) {
   ThrowStatus(absl::InternalError(absl::StrCat(kernel, " reached a tensor on ", DeviceName(device),
                                                " in a file compiled without its CUDA kernels")));

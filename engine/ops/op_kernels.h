@@ -72,9 +72,6 @@ void RequireDefined(const char* op, const char* arg, const Tensor& t);
 void RequireFloating(const char* op, const char* arg, const Tensor& t);
 // Not bool, for arithmetic PyTorch refuses on bool tensors (sub, neg, ...).
 void RequireNotBool(const char* op, const char* arg, const Tensor& t);
-// Memory the CPU kernels can read: for ops whose kernels have no GPU version yet
-// (UNIMPLEMENTED naming the op and device otherwise).
-void RequireHostMemory(const char* op, const Tensor& t);
 // Both on one device.
 void RequireSameDevice(const char* op, const char* arg_a, const Tensor& a, const char* arg_b,
                        const Tensor& b);

@@ -66,7 +66,9 @@ std::optional<Strides> ViewStrides(absl::Span<const int64_t> shape,
       runs.push_back({shape[d], strides[d]});
     }
   }
-  Strides out(new_shape.size());
+  // Built in place: moving an InlinedVector into the optional trips GCC's maybe-uninitialized.
+  std::optional<Strides> result(std::in_place, new_shape.size());
+  Strides& out = *result;
   size_t run = 0;
   int64_t left = runs.empty() ? 1 : runs[0].numel;  // elements of runs[run] not yet laid over
   for (size_t d = 0; d < new_shape.size(); ++d) {
@@ -80,7 +82,7 @@ std::optional<Strides> ViewStrides(absl::Span<const int64_t> shape,
     left /= size;
     out[d] = left * runs[run].stride;
   }
-  return out;
+  return result;
 }
 
 // The shape reshape makes: `shape` with its -1 (if any) inferred from input's element count.

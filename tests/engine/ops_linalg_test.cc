@@ -58,7 +58,9 @@ const std::vector<MatmulShapes> kShapes = {
 TEST(MatmulTest, ShapesFollowTorchMatmul) {
   uint32_t seed = 1;
   for (const MatmulShapes& s : kShapes) {
-    Tensor out = matmul(RandomInput(s.a, seed++), RandomInput(s.b, seed++));
+    const Tensor a = RandomInput(s.a, seed++);
+    const Tensor b = RandomInput(s.b, seed++);
+    Tensor out = matmul(a, b);
     EXPECT_EQ(out.shape(), s.out) << ShapeToString(s.a) << " @ " << ShapeToString(s.b);
   }
 }

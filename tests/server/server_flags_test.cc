@@ -136,7 +136,9 @@ TEST(ServerFlagsTest, AGpuThatDoesNotExistStopsTheServer) {
     EXPECT_TRUE(absl::StrContains(log, "--devices")) << log;
     EXPECT_TRUE(absl::StrContains(log, device)) << log;
     EXPECT_TRUE(absl::StrContains(log, "does not exist")) << log;
-    if (gpus == 0) EXPECT_TRUE(absl::StrContains(log, why)) << log;
+    if (gpus == 0) {
+      EXPECT_TRUE(absl::StrContains(log, why)) << log;
+    }
   }
 }
 
@@ -159,7 +161,9 @@ TEST(ServerFlagsTest, CpuOnlyAndDefaultDevicesServe) {
     ASSERT_TRUE(info.ok()) << info.status();
     ASSERT_GE(info->devices_size(), 1);
     EXPECT_EQ(info->devices(0).name(), "cpu");
-    if (!flags.empty()) EXPECT_EQ(info->devices_size(), 1);
+    if (!flags.empty()) {
+      EXPECT_EQ(info->devices_size(), 1);
+    }
     // The default registers every GPU found, each with its description.
     const int gpus = flags.empty() ? CudaDeviceCount() : 0;
     EXPECT_EQ(info->devices_size(), 1 + gpus);

@@ -95,7 +95,9 @@ TEST(ChunkedRequestTest, BigTensorBytesStayInTheChunksAcrossOddBoundaries) {
                           leaf.nbytes()),
               0);
     // One piece: adopted where it lies, if aligned; several: gathered into a tensor of its own.
-    if (x_bytes->pieces.size() > 1) EXPECT_FALSE(leaf.storage()->adopted());
+    if (x_bytes->pieces.size() > 1) {
+      EXPECT_FALSE(leaf.storage()->adopted());
+    }
   }
 }
 
