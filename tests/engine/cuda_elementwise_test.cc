@@ -22,12 +22,6 @@ namespace {
 using testing::kGpu;
 int failures = 0, passes = 0;
 
-std::vector<double> Vals(const Tensor& t) {
-  Tensor c = t.detach().To(kCPU).contiguous().To(DType::kFloat64);
-  const double* d = c.data<double>();
-  return std::vector<double>(d, d + c.numel());
-}
-
 Tensor Rand(std::vector<int64_t> shape, double lo, double hi, unsigned seed) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<double> dist(lo, hi);
@@ -45,7 +39,7 @@ void Compare(const std::string& name, const Tensor& cpu, const Tensor& gpu, doub
     ++failures;
     return;
   }
-  auto a = Vals(cpu), b = Vals(gpu);
+  auto a = testing::HostValues(cpu), b = testing::HostValues(gpu);
   if (a.size() != b.size() || cpu.shape() != gpu.shape() || cpu.dtype() != gpu.dtype()) {
     std::printf("FAIL %s: shape/dtype differ\n", name.c_str());
     ++failures;

@@ -29,16 +29,10 @@ Tensor Rand(std::vector<int64_t> shape, DType dt, int seed) {
   return Tensor::FromVector<double>(v, shape).To(dt);
 }
 
-std::vector<double> Vals(const Tensor& t) {
-  Tensor c = t.To(kCPU).To(DType::kFloat64).contiguous();
-  const double* p = c.data<double>();
-  return std::vector<double>(p, p + c.numel());
-}
-
 void Near(const Tensor& cpu, const Tensor& gpu, const char* what) {
   ASSERT_EQ(cpu.shape(), gpu.shape()) << what;
   EXPECT_EQ(gpu.device().type, DeviceType::kCUDA) << what;
-  auto a = Vals(cpu), b = Vals(gpu);
+  auto a = testing::HostValues(cpu), b = testing::HostValues(gpu);
   const double tol = cpu.dtype() == DType::kFloat32 ? 2e-5 : 1e-11;
   int bad = 0;
   for (size_t i = 0; i < a.size(); ++i) {

@@ -20,14 +20,9 @@ namespace {
 int failures = 0;
 constexpr Device G = testing::kGpu;
 
-std::vector<double> Vals(const Tensor& t) {
-  Tensor h = t.To(kCPU).To(DType::kFloat64).contiguous();
-  const double* p = h.data<double>();
-  return std::vector<double>(p, p + h.numel());
-}
 void Same(const char* what, const Tensor& gpu, const Tensor& cpu, double tol = 1e-6) {
   bool ok = gpu.device() == G && gpu.shape() == cpu.shape() && gpu.dtype() == cpu.dtype();
-  auto a = Vals(gpu), b = Vals(cpu);
+  auto a = testing::HostValues(gpu), b = testing::HostValues(cpu);
   if (ok) {
     for (size_t i = 0; i < a.size(); ++i) {
       if (!(std::fabs(a[i] - b[i]) <= tol || (std::isnan(a[i]) && std::isnan(b[i])))) {
@@ -101,7 +96,8 @@ TEST(CudaShapeTest, BasicKernelsAndIndexOpsMatchTheCpu) {
     Tensor hc2 = Tensor::Zeros({4, 3, 2}, DType::kInt64);
     CopyInto(ops::transpose(hc, 0, 2), g);
     CopyInto(ops::transpose(hc2, 0, 2), c);
-    Check("CopyInto gpu->strided cpu f64->i64", Vals(hc) == Vals(hc2));
+    Check("CopyInto gpu->strided cpu f64->i64",
+          testing::HostValues(hc) == testing::HostValues(hc2));
   }
   {
     Tensor a = g.Clone(), ac = c.Clone();

@@ -5,10 +5,12 @@
 #define GRADSERVE_TESTS_ENGINE_CUDA_TEST_UTIL_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "engine/device/cuda_devices.h"
 #include "engine/tensor/device.h"
+#include "engine/tensor/tensor.h"
 
 namespace gradserve::testing {
 
@@ -25,6 +27,14 @@ inline std::string GpuUnavailable() {
     return std::string();
   }();
   return why;
+}
+
+// t's values in row-major order as doubles, brought to the host, whatever its device, dtype and
+// strides: what the GPU tests compare with the CPU's.
+inline std::vector<double> HostValues(const Tensor& t) {
+  const Tensor c = t.detach().To(kCPU).To(DType::kFloat64).contiguous();
+  const double* d = c.data<double>();
+  return std::vector<double>(d, d + c.numel());
 }
 
 }  // namespace gradserve::testing
