@@ -1,6 +1,8 @@
 // The flags of gradserve-server that shape its per-request work: --log_requests and
 // --max_inline_cost, checked on the real binary and through ServerOptions.
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -92,6 +94,20 @@ TEST(ServerFlagsTest, LogRequestsChoosesWhichRequestsAreLogged) {
   log = LogOfOneGoodAndOneBadRequest({"--log_requests=none"});
   EXPECT_FALSE(absl::StrContains(log, "request id=")) << log;
   EXPECT_TRUE(absl::StrContains(log, "listening on")) << log;
+}
+
+// Note [The server's malloc]: the start-up line names the malloc, and a build that found
+// mimalloc has it loaded in the server's process.
+TEST(ServerFlagsTest, StartUpLineNamesTheMallocInUse) {
+  ServerProcess process(std::vector<std::string>{});
+  ASSERT_GT(process.WaitForPort(absl::Seconds(30)), 0) << process.Log();
+  const char* expected = GRADSERVE_SERVER_MIMALLOC ? ", malloc mimalloc)" : ", malloc glibc)";
+  EXPECT_TRUE(absl::StrContains(process.Log(), expected)) << process.Log();
+
+  std::ifstream maps(absl::StrCat("/proc/", process.pid(), "/maps"));
+  std::stringstream mapped;
+  mapped << maps.rdbuf();
+  EXPECT_EQ(absl::StrContains(mapped.str(), "libmimalloc"), GRADSERVE_SERVER_MIMALLOC);
 }
 
 // --- --devices and --simulated_devices ---

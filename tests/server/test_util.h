@@ -53,6 +53,7 @@ class ServerProcess {
   // Its stderr and stdout so far.
   std::string Log() const;
   void Signal(int sig);
+  pid_t pid() const { return pid_; }
   // The exit status, or -1 if it does not exit within timeout.
   int WaitForExit(absl::Duration timeout);
 
