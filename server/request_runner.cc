@@ -30,13 +30,12 @@ absl::Status Run(const v1::GradRequest& request, const graph::Limits& limits,
   absl::StatusOr<EngineRequest> converted = FromProto(request, limits, chunked);
   if (chunked != nullptr) chunked->Clear();
   if (!converted.ok()) return converted.status();
-  absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> recorded =
-      graph::RecordedGraph::Record(converted->graph, limits, cancel);
+  // Moved, not copied: the recorded Nodes share it for their labels (Note [Node labels]).
+  absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> recorded = graph::RecordedGraph::Record(
+      std::make_shared<const graph::Graph>(std::move(converted->graph)), limits, cancel);
   if (!recorded.ok()) return recorded.status();
   graph::RecordedGraph& g = **recorded;
   response->set_num_nodes(g.num_nodes());
-  // The graph owns its leaves now; drop the request's copies of the handles.
-  converted->graph = graph::Graph();
 
   for (int i = 0; i < request.return_values_size(); ++i) {
     const std::string& name = request.return_values(i);

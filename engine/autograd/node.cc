@@ -32,9 +32,19 @@ uint32_t Node::add_input_metadata(const InputMetadata& metadata) {
   return static_cast<uint32_t>(input_metadata_.size() - 1);
 }
 
+void Node::set_label(std::string label) {
+  // The one label of a Node made outside a recorded graph.
+  struct Fixed final : NodeLabeler {
+    explicit Fixed(std::string l) : label(std::move(l)) {}
+    std::string Label(int64_t) const override { return label; }
+    const std::string label;
+  };
+  set_label(std::make_shared<const Fixed>(std::move(label)), 0);
+}
+
 std::string Node::DebugName() const {
-  if (label_.empty()) return name();
-  return absl::StrCat(name(), " (", label_, ")");
+  if (labeler_ == nullptr) return name();
+  return absl::StrCat(name(), " (", label(), ")");
 }
 
 // Note [Tearing down long chains]: the first DeleteNode on a thread becomes the drain loop;

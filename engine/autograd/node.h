@@ -16,6 +16,13 @@
 // guard. A reentrant Node (one whose apply runs a nested backward) holds its mutex through the
 // nested backward; MAX_DEPTH bounds how many such mutexes one thread holds.
 //
+// Note [Node labels]
+// A label describes the forward op that made a Node ("op #3 'h' = mul"), for the errors that
+// name the Node during backward. Almost no label is ever read, and formatting one cost more
+// than recording a small op, so a Node holds the means to make its label instead: a
+// NodeLabeler, shared by all the Nodes one graph recorded, and the Node's key in it. The label
+// is formatted only when asked for.
+//
 // Note [Tearing down long chains]
 // Destroying a Node releases its next edges, which may destroy the next Node, and so on: a
 // chain of a million Nodes would overflow the stack if that recursed. Nodes are therefore made
@@ -37,6 +44,15 @@
 #include "engine/util/mutex.h"
 
 namespace gradserve::autograd {
+
+// Note [Node labels]: makes the labels of the Nodes of one recorded graph. Immutable, and
+// called from any thread.
+class NodeLabeler {
+ public:
+  virtual ~NodeLabeler() = default;
+  // The label of the Node that was given `key`.
+  virtual std::string Label(int64_t key) const = 0;
+};
 
 class Node : public std::enable_shared_from_this<Node> {
  public:
@@ -78,9 +94,16 @@ class Node : public std::enable_shared_from_this<Node> {
   uint64_t topological_nr() const { return topological_nr_; }
 
   // A description of the forward op that made this Node, for error messages (e.g.
-  // "op #3 'h' = mul"); empty if none was given.
-  const std::string& label() const { return label_; }
-  void set_label(std::string label) { label_ = std::move(label); }
+  // "op #3 'h' = mul"); empty if none was given. Formatted on each call (Note [Node labels]).
+  std::string label() const { return labeler_ == nullptr ? "" : labeler_->Label(label_key_); }
+  bool has_label() const { return labeler_ != nullptr; }
+  // The label is labeler->Label(key).
+  void set_label(std::shared_ptr<const NodeLabeler> labeler, int64_t key) {
+    labeler_ = std::move(labeler);
+    label_key_ = key;
+  }
+  // A fixed label.
+  void set_label(std::string label);
   // name(), with the label if any: what error messages call this Node.
   std::string DebugName() const;
 
@@ -111,7 +134,8 @@ class Node : public std::enable_shared_from_this<Node> {
   uint64_t topological_nr_ = 0;
   EdgeList next_edges_;
   std::vector<InputMetadata> input_metadata_;
-  std::string label_;
+  std::shared_ptr<const NodeLabeler> labeler_;  // null: no label
+  int64_t label_key_ = 0;
   std::vector<std::pair<uint32_t, std::shared_ptr<TensorHook>>> tensor_pre_hooks_;
   std::vector<std::unique_ptr<FunctionPreHook>> pre_hooks_;
   std::vector<std::unique_ptr<FunctionPostHook>> post_hooks_;

@@ -42,6 +42,21 @@ struct Program {
   absl::flat_hash_map<const Graph*, Body> bodies;
 };
 
+// Note [Node labels]: the labels of the Nodes that the ops of one graph (the top level or a
+// checkpoint body, in scope) record, made from the op when asked for.
+class OpLabeler final : public autograd::NodeLabeler {
+ public:
+  OpLabeler(std::shared_ptr<const Graph> graph, std::string scope)
+      : graph_(std::move(graph)), scope_(std::move(scope)) {}
+  std::string Label(int64_t op_index) const override {
+    return NodeLabel(scope_, op_index, graph_->ops[static_cast<size_t>(op_index)]);
+  }
+
+ private:
+  const std::shared_ptr<const Graph> graph_;
+  const std::string scope_;
+};
+
 // A leaf's value: a new handle on the client's data, so that marking it requires_grad and
 // naming it never touch the tensor the caller passed in.
 Tensor MakeLeafValue(const Leaf& leaf) {
@@ -75,21 +90,21 @@ void PrepareBodies(const Graph& graph, Program& program) {
 
 // Runs a graph's ops in order; see RunOp for one op. scope names them
 // (Note [Naming ops in errors]). Throws StatusError naming the op.
-void RunOps(const Graph& graph, const std::string& scope,
+void RunOps(const std::shared_ptr<const Graph>& graph, const std::string& scope,
             const std::shared_ptr<const Program>& program, Env& env);
 
 // Runs a checkpoint body on its inputs under the caller's grad mode: the CheckpointBody of the
 // checkpoint op.
-TensorList RunBody(const Graph& body, const std::string& scope,
+TensorList RunBody(const std::shared_ptr<const Graph>& body, const std::string& scope,
                    const std::shared_ptr<const Program>& program, const TensorList& inputs) {
   Env env;
-  for (size_t i = 0; i < body.inputs.size(); ++i) env[body.inputs[i]] = inputs[i];
-  const Program::Body& prepared = program->bodies.at(&body);
-  for (size_t i = 0; i < body.leaves.size(); ++i) env[body.leaves[i].name] = prepared.leaves[i];
+  for (size_t i = 0; i < body->inputs.size(); ++i) env[body->inputs[i]] = inputs[i];
+  const Program::Body& prepared = program->bodies.at(body.get());
+  for (size_t i = 0; i < body->leaves.size(); ++i) env[body->leaves[i].name] = prepared.leaves[i];
   RunOps(body, scope, program, env);
   TensorList outputs;
-  outputs.reserve(body.outputs.size());
-  for (const std::string& name : body.outputs) outputs.push_back(env.at(name));
+  outputs.reserve(body->outputs.size());
+  for (const std::string& name : body->outputs) outputs.push_back(env.at(name));
   return outputs;
 }
 
@@ -103,11 +118,13 @@ const Tensor& Lookup(const Env& env, const std::string& name, const char* role) 
   return value;
 }
 
-// Runs one op and binds its outputs in env. A hook on a leaf keeps the leaf's AccumulateGrad
-// alive in keep_alive, so that the ops after it, which find it through the leaf, share it and
-// its hook (the leaf holds it weakly).
+// Runs one op and binds its outputs in env; the Nodes it records get their labels from
+// labeler. A hook on a leaf keeps the leaf's AccumulateGrad alive in keep_alive, so that the
+// ops after it, which find it through the leaf, share it and its hook (the leaf holds it
+// weakly).
 void RunOp(const Op& op, int64_t index, const std::string& scope,
-           const std::shared_ptr<const Program>& program, Env& env,
+           const std::shared_ptr<const Program>& program,
+           const std::shared_ptr<const OpLabeler>& labeler, Env& env,
            std::vector<std::shared_ptr<autograd::Node>>& keep_alive) {
   TensorList inputs;
   inputs.reserve(op.inputs.size());
@@ -129,7 +146,7 @@ void RunOp(const Op& op, int64_t index, const std::string& scope,
     std::shared_ptr<const Graph> body = op.body;
     CheckpointBody run = [body, program,
                           body_scope = BodyScope(scope, index, op)](const TensorList& body_inputs) {
-      return RunBody(*body, body_scope, program, body_inputs);
+      return RunBody(body, body_scope, program, body_inputs);
     };
     outputs = Checkpoint(inputs, program->bodies.at(body.get()).params, std::move(run));
   } else if (op.op == kHookOp) {
@@ -159,19 +176,20 @@ void RunOp(const Op& op, int64_t index, const std::string& scope,
       // A tensor already named is one an earlier value shares (a gradient that is its own
       // seed); it keeps its first name.
       if (out.name().empty()) out.set_name(op.outputs[j]);
-      if (const auto& fn = out.grad_fn(); fn != nullptr && fn->label().empty()) {
-        fn->set_label(NodeLabel(scope, index, op));
+      if (const auto& fn = out.grad_fn(); fn != nullptr && !fn->has_label()) {
+        fn->set_label(labeler, index);
       }
     }
     env[op.outputs[j]] = std::move(out);
   }
 }
 
-void RunOps(const Graph& graph, const std::string& scope,
+void RunOps(const std::shared_ptr<const Graph>& graph, const std::string& scope,
             const std::shared_ptr<const Program>& program, Env& env) {
   std::vector<std::shared_ptr<autograd::Node>> keep_alive;
-  for (size_t i = 0; i < graph.ops.size(); ++i) {
-    const Op& op = graph.ops[i];
+  const auto labeler = std::make_shared<const OpLabeler>(graph, scope);
+  for (size_t i = 0; i < graph->ops.size(); ++i) {
+    const Op& op = graph->ops[i];
     if (program->cancel != nullptr) {
       if (absl::Status s = program->cancel->Check(); !s.ok()) {
         ThrowStatus(WithContext(s, absl::StrCat("stopped before ", DescribeOp(scope, i, op))));
@@ -185,7 +203,7 @@ void RunOps(const Graph& graph, const std::string& scope,
       return absl::StartsWith(status.message(), context) ? status : WithContext(status, context);
     };
     try {
-      RunOp(op, static_cast<int64_t>(i), scope, program, env, keep_alive);
+      RunOp(op, static_cast<int64_t>(i), scope, program, labeler, env, keep_alive);
     } catch (const StatusError& e) {
       ThrowStatus(in_context(e.status()));
     } catch (const std::bad_alloc&) {
@@ -234,8 +252,9 @@ absl::flat_hash_set<const autograd::Node*> ReachableNodes(const TensorList& root
 class Interpreter {
  public:
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
-      const Graph& graph, const Limits& limits,
+      const std::shared_ptr<const Graph>& shared_graph, const Limits& limits,
       std::shared_ptr<autograd::CancellationToken> cancel) {
+    const Graph& graph = *shared_graph;
     if (absl::Status s = Validate(graph, limits); !s.ok()) return s;
     std::unique_ptr<RecordedGraph> recorded(new RecordedGraph);
     recorded->limits_ = limits;
@@ -252,7 +271,7 @@ class Interpreter {
         recorded->values_[leaf.name] = MakeLeafValue(leaf);
         recorded->leaf_names_.push_back(leaf.name);
       }
-      RunOps(graph, "", program, recorded->values_);
+      RunOps(shared_graph, "", program, recorded->values_);
       return absl::OkStatus();
     });
     if (!status.ok()) return status;
@@ -332,8 +351,14 @@ class Interpreter {
 };
 
 absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(
-    const Graph& graph, const Limits& limits, std::shared_ptr<autograd::CancellationToken> cancel) {
+    std::shared_ptr<const Graph> graph, const Limits& limits,
+    std::shared_ptr<autograd::CancellationToken> cancel) {
   return Interpreter::Record(graph, limits, std::move(cancel));
+}
+
+absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(
+    const Graph& graph, const Limits& limits, std::shared_ptr<autograd::CancellationToken> cancel) {
+  return Record(std::make_shared<const Graph>(graph), limits, std::move(cancel));
 }
 
 absl::StatusOr<CallResult> RecordedGraph::Backward(const BackwardCall& call) {

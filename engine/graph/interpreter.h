@@ -21,11 +21,11 @@ namespace gradserve::graph {
 // Limits a caller (the server) sets on what one request may ask for. Every one is checked
 // before the work it bounds; passing one is RESOURCE_EXHAUSTED naming the limit.
 struct Limits {
-  int64_t max_ops = 100'000;             // ops in the graph, sub-graphs included
+  int64_t max_ops = 100'000;  // ops in the graph, sub-graphs included
   int64_t max_leaves = 10'000;
   int64_t max_tensor_elements = int64_t{1} << 28;  // any one tensor, leaf or computed
   int64_t max_memory_bytes = int64_t{4} << 30;     // all tensors of the request at once
-  int64_t max_nesting = 128;             // sub-graphs within sub-graphs
+  int64_t max_nesting = 128;                       // sub-graphs within sub-graphs
   int64_t max_backward_calls = 64;
 };
 
@@ -45,6 +45,11 @@ class RecordedGraph {
   // Validates, then runs the forward pass. cancel, if given, is checked between ops and passed
   // to every backward. The memory of all tensors is charged to one budget of
   // limits.max_memory_bytes.
+  // The recorded Nodes share graph for their labels (Note [Node labels]).
+  static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
+      std::shared_ptr<const Graph> graph, const Limits& limits,
+      std::shared_ptr<autograd::CancellationToken> cancel = nullptr);
+  // The same on a copy of graph.
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
       const Graph& graph, const Limits& limits,
       std::shared_ptr<autograd::CancellationToken> cancel = nullptr);

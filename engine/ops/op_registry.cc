@@ -15,18 +15,21 @@ const OpRegistry& OpRegistry::Get() {
     RegisterShapeOps(*r);
     RegisterNNOps(*r);
     RegisterDeviceCopyOps(*r);
-    std::sort(r->ops_.begin(), r->ops_.end(),
-              [](const OpSchema& a, const OpSchema& b) { return a.name < b.name; });
+    r->Seal();
     return r;
   }();
   return *registry;
 }
 
+void OpRegistry::Seal() {
+  std::sort(ops_.begin(), ops_.end(),
+            [](const OpSchema& a, const OpSchema& b) { return a.name < b.name; });
+  for (const OpSchema& op : ops_) by_name_.emplace(op.name, &op);
+}
+
 const OpSchema* OpRegistry::Find(absl::string_view name) const {
-  auto it = std::lower_bound(ops_.begin(), ops_.end(), name,
-                             [](const OpSchema& op, absl::string_view n) { return op.name < n; });
-  if (it == ops_.end() || it->name != name) return nullptr;
-  return &*it;
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
 }
 
 void OpRegistry::Add(OpSchema schema) { ops_.push_back(std::move(schema)); }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "engine/ops/attributes.h"
 #include "engine/tensor/tensor.h"
@@ -53,7 +54,13 @@ class OpRegistry {
   void Add(OpSchema schema);
 
  private:
+  // Sorts the ops and builds by_name_; once, after every Add.
+  void Seal();
+
   std::vector<OpSchema> ops_;
+  // Find's index: every request looks up each of its ops by name, twice (validation and the
+  // run). Keys view ops_'s names, which do not move once sealed.
+  absl::flat_hash_map<absl::string_view, const OpSchema*> by_name_;
 };
 
 // Each op family registers itself from its own file.
