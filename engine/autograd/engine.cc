@@ -75,16 +75,6 @@ void validate_outputs(const Node& fn, const TensorList& grads) {
 }
 
 // Runs a Node's pre-hooks, apply() and post-hooks (Note [Undefined gradients]).
-// The stream a Node's backward runs on: that of its first input on a device with streams
-// (Note [Streams in the backward pass]), as PyTorch's Node::stream.
-Stream NodeStream(const Node& fn) {
-  for (uint32_t i = 0; i < fn.num_inputs(); ++i) {
-    const InputMetadata& md = fn.input_metadata(i);
-    if (md.stream.has_stream()) return md.stream;
-  }
-  return {};
-}
-
 TensorList call_function(const GraphTask& graph_task, Node& fn, TensorList grads) {
   for (const auto& hook : fn.pre_hooks()) grads = (*hook)(grads);
   bool any_defined = false;
@@ -332,7 +322,7 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
 void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Node* func,
                                InputBuffer& inputs, std::optional<NodeTask>* handoff) {
   // Note [Streams in the backward pass]: the Node runs on its forward op's stream.
-  const Stream stream = NodeStream(*func);
+  const Stream stream = func->stream();
   StreamScope on_stream(stream);
   TensorList outputs;
   {

@@ -28,6 +28,7 @@ void Node::set_next_edges(EdgeList next_edges) {
 }
 
 uint32_t Node::add_input_metadata(const InputMetadata& metadata) {
+  if (!stream_.has_stream()) stream_ = metadata.stream;
   input_metadata_.push_back(metadata);
   return static_cast<uint32_t>(input_metadata_.size() - 1);
 }

@@ -89,6 +89,10 @@ class Node : public std::enable_shared_from_this<Node> {
   uint32_t add_input_metadata(const InputMetadata& metadata);
   uint32_t num_inputs() const { return static_cast<uint32_t>(input_metadata_.size()); }
   const InputMetadata& input_metadata(size_t i) const { return input_metadata_[i]; }
+  // The stream this Node's backward runs on: that of its first input on a device with streams,
+  // none if no input has one (Note [Streams in the backward pass]), as PyTorch's Node::stream.
+  // Kept as the metadata is added, so the Engine reads it without a loop per Node.
+  Stream stream() const { return stream_; }
 
   uint64_t sequence_nr() const { return sequence_nr_; }
   uint64_t topological_nr() const { return topological_nr_; }
@@ -134,6 +138,7 @@ class Node : public std::enable_shared_from_this<Node> {
   uint64_t topological_nr_ = 0;
   EdgeList next_edges_;
   std::vector<InputMetadata> input_metadata_;
+  Stream stream_;                               // stream(): the first input's stream that is one
   std::shared_ptr<const NodeLabeler> labeler_;  // null: no label
   int64_t label_key_ = 0;
   std::vector<std::pair<uint32_t, std::shared_ptr<TensorHook>>> tensor_pre_hooks_;

@@ -16,16 +16,12 @@ Stream CurrentStream(Device device) {
   return {device, backend == nullptr ? 0 : backend->CurrentStream(device.index)};
 }
 
-StreamScope::StreamScope(Stream stream) : stream_(stream) {
-  if (stream_.has_stream()) {
-    previous_ = BackendOf(stream_.device)->ExchangeCurrentStream(stream_.device.index, stream_.id);
-  }
+void StreamScope::Enter() {
+  previous_ = BackendOf(stream_.device)->ExchangeCurrentStream(stream_.device.index, stream_.id);
 }
 
-StreamScope::~StreamScope() {
-  if (stream_.has_stream()) {
-    BackendOf(stream_.device)->ExchangeCurrentStream(stream_.device.index, previous_);
-  }
+void StreamScope::Exit() {
+  BackendOf(stream_.device)->ExchangeCurrentStream(stream_.device.index, previous_);
 }
 
 void WaitStream(Stream consumer, Stream producer) {
