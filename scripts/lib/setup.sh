@@ -12,7 +12,7 @@ GRADSERVE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 GRADSERVE_PACKAGES=(
   cmake ninja-build g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev libmimalloc-dev
   python3-torch python3-numpy python3-grpcio python3-protobuf
 )
 # Node.js may come from elsewhere (NodeSource ships npm inside its nodejs package, which
