@@ -1,5 +1,6 @@
-// What every CUDA kernel of the op set shares: launch sizes, the current stream of a tensor's
-// GPU, and StridedIndexer, the GPU side of ForEachRow's walk (engine/ops/op_kernels.h).
+// What every CUDA kernel of the op set shares: launch sizes, the device and stream a launch
+// on a tensor's GPU uses (LaunchOn), and StridedIndexer, the GPU side of ForEachRow's walk
+// (engine/ops/op_kernels.h).
 //
 // Only nvcc-compiled files with the CUDA backend include this (GS_CUDA_KERNELS).
 
@@ -33,6 +34,23 @@ inline unsigned BlocksFor(int64_t n, int threads = kThreads) {
 
 // The stream work on t's GPU goes to now (Note [CUDA streams]).
 inline cudaStream_t StreamOf(const Tensor& t) { return cuda::CurrentStream(t.device().index); }
+
+// A launch on t's GPU, for a scope: that GPU is the thread's current device (kernels and the
+// runtime calls between them go to it), and stream() is its current stream. Each kernel
+// launcher starts with one.
+class LaunchOn {
+ public:
+  explicit LaunchOn(const Tensor& t)
+      : guard_(cuda::PhysicalIndex(t.device().index)), stream_(StreamOf(t)) {}
+  LaunchOn(const LaunchOn&) = delete;
+  LaunchOn& operator=(const LaunchOn&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  cuda::DeviceGuard guard_;
+  const cudaStream_t stream_;
+};
 
 // Element offsets of N operands for a linear index over a shape, row-major. Built on the host
 // with the same merging as ForEachRow: size-1 dimensions are dropped and neighbours contiguous
@@ -70,9 +88,11 @@ StridedIndexer<N> MakeIndexer(absl::Span<const int64_t> shape,
       continue;
     }
     if (rank == kMaxDims) {
-      ThrowStatus(absl::UnimplementedError(absl::StrCat(
-          "CUDA kernels index at most ", kMaxDims, " dimensions after merging; got a tensor of "
-          "shape ", ShapeToString(shape))));
+      ThrowStatus(
+          absl::UnimplementedError(absl::StrCat("CUDA kernels index at most ", kMaxDims,
+                                                " dimensions after merging; got a tensor of "
+                                                "shape ",
+                                                ShapeToString(shape))));
     }
     ix.sizes[rank] = shape[d];
     for (int k = 0; k < N; ++k) ix.strides[k][rank] = strides[k][d];

@@ -44,12 +44,11 @@ template <typename OutT, typename... InTs, typename Fn, typename... Tensors>
 void LaunchMap(const Tensor& out, const Fn& fn, const Tensors&... ins) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  cuda::DeviceGuard guard(cuda::PhysicalIndex(out.device().index));
-  const cudaStream_t stream = StreamOf(out);
+  const LaunchOn on(out);
   OutT* const o = out.data<OutT>();
   if (out.is_contiguous() && ((ins.numel() == n && ins.is_contiguous()) && ...)) {
     MapContiguous<OutT, Fn, InTs...>
-        <<<BlocksFor(n), kThreads, 0, stream>>>(n, o, fn, ins.template data<InTs>()...);
+        <<<BlocksFor(n), kThreads, 0, on.stream()>>>(n, o, fn, ins.template data<InTs>()...);
   } else {
     constexpr int N = 1 + sizeof...(InTs);
     const std::array<Strides, N - 1> bs{
@@ -59,7 +58,7 @@ void LaunchMap(const Tensor& out, const Fn& fn, const Tensors&... ins) {
     for (int k = 1; k < N; ++k) spans[k] = bs[k - 1];
     const StridedIndexer<N> ix = MakeIndexer<N>(out.shape(), spans);
     MapStrided<N, OutT, Fn, InTs...>
-        <<<BlocksFor(n), kThreads, 0, stream>>>(n, ix, o, fn, ins.template data<InTs>()...);
+        <<<BlocksFor(n), kThreads, 0, on.stream()>>>(n, ix, o, fn, ins.template data<InTs>()...);
   }
   GS_CUDA_CHECK_LAUNCH("MapKernel");
 }

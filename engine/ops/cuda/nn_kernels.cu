@@ -120,10 +120,10 @@ __global__ void SoftmaxBackwardKernel(const T* y, const T* g, T* gx, int64_t row
 void SoftmaxCuda(const Tensor& x, const Tensor& out, DimSplit s, bool log) {
   const int64_t rows = s.outer * s.inner;
   if (rows == 0 || s.size == 0) return;
-  cuda::DeviceGuard guard(cuda::PhysicalIndex(out.device().index));
+  const LaunchOn on(out);
   DispatchFloating(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    SoftmaxForwardKernel<T><<<RowBlocks(rows), kBlock, 0, StreamOf(out)>>>(
+    SoftmaxForwardKernel<T><<<RowBlocks(rows), kBlock, 0, on.stream()>>>(
         x.data<T>(), out.data<T>(), rows, s.size, s.inner, log);
     GS_CUDA_CHECK_LAUNCH("SoftmaxForwardKernel");
   });
@@ -132,10 +132,10 @@ void SoftmaxCuda(const Tensor& x, const Tensor& out, DimSplit s, bool log) {
 void SoftmaxBackwardCuda(const Tensor& y, const Tensor& g, const Tensor& gx, DimSplit s, bool log) {
   const int64_t rows = s.outer * s.inner;
   if (rows == 0 || s.size == 0) return;
-  cuda::DeviceGuard guard(cuda::PhysicalIndex(gx.device().index));
+  const LaunchOn on(gx);
   DispatchFloating(y.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    SoftmaxBackwardKernel<T><<<RowBlocks(rows), kBlock, 0, StreamOf(gx)>>>(
+    SoftmaxBackwardKernel<T><<<RowBlocks(rows), kBlock, 0, on.stream()>>>(
         y.data<T>(), g.data<T>(), gx.data<T>(), rows, s.size, s.inner, log);
     GS_CUDA_CHECK_LAUNCH("SoftmaxBackwardKernel");
   });
@@ -223,10 +223,10 @@ void LayerNormCuda(const Tensor& x, const Tensor& weight, const Tensor& bias, in
                    int64_t cols, double eps, const Tensor& out, const Tensor& mean,
                    const Tensor& rstd) {
   if (rows == 0) return;
-  cuda::DeviceGuard guard(cuda::PhysicalIndex(out.device().index));
+  const LaunchOn on(out);
   DispatchFloating(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    LayerNormForwardKernel<T><<<RowBlocks(rows), kBlock, 0, StreamOf(out)>>>(
+    LayerNormForwardKernel<T><<<RowBlocks(rows), kBlock, 0, on.stream()>>>(
         x.data<T>(), PtrOrNull<T>(weight), PtrOrNull<T>(bias), rows, cols, eps, out.data<T>(),
         mean.data<T>(), rstd.data<T>());
     GS_CUDA_CHECK_LAUNCH("LayerNormForwardKernel");
@@ -237,18 +237,17 @@ void LayerNormBackwardCuda(const Tensor& x, const Tensor& g, const Tensor& weigh
                            const Tensor& mean, const Tensor& rstd, int64_t rows, int64_t cols,
                            const Tensor& gx, const Tensor& gw, const Tensor& gb) {
   if (rows == 0 || cols == 0) return;  // gw, gb are zero-filled already
-  cuda::DeviceGuard guard(cuda::PhysicalIndex(x.device().index));
-  const cudaStream_t stream = StreamOf(x);
+  const LaunchOn on(x);
   DispatchFloating(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if (gx.defined()) {
-      LayerNormBackwardInputKernel<T><<<RowBlocks(rows), kBlock, 0, stream>>>(
+      LayerNormBackwardInputKernel<T><<<RowBlocks(rows), kBlock, 0, on.stream()>>>(
           x.data<T>(), g.data<T>(), PtrOrNull<T>(weight), mean.data<T>(), rstd.data<T>(), rows,
           cols, gx.data<T>());
       GS_CUDA_CHECK_LAUNCH("LayerNormBackwardInputKernel");
     }
     if (gw.defined() || gb.defined()) {
-      LayerNormBackwardParamsKernel<T><<<BlocksFor(cols), kThreads, 0, stream>>>(
+      LayerNormBackwardParamsKernel<T><<<BlocksFor(cols), kThreads, 0, on.stream()>>>(
           x.data<T>(), g.data<T>(), mean.data<T>(), rstd.data<T>(), rows, cols, MutPtrOrNull<T>(gw),
           MutPtrOrNull<T>(gb));
       GS_CUDA_CHECK_LAUNCH("LayerNormBackwardParamsKernel");
@@ -293,20 +292,19 @@ void NllLossCuda(const Tensor& x, const Tensor& weight, const Tensor& safe_targe
                  Reduction reduction, int64_t count, const Tensor& out) {
   const int64_t positions = s.outer * s.inner;
   if (reduction == Reduction::kNone && positions == 0) return;
-  cuda::DeviceGuard guard(cuda::PhysicalIndex(out.device().index));
-  const cudaStream_t stream = StreamOf(out);
+  const LaunchOn on(out);
   DispatchFloating(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if (reduction == Reduction::kNone) {
-      NllLossNoneKernel<T><<<BlocksFor(positions), kThreads, 0, stream>>>(
+      NllLossNoneKernel<T><<<BlocksFor(positions), kThreads, 0, on.stream()>>>(
           x.data<T>(), weight.data<T>(), safe_target.data<int64_t>(), positions, s.size, s.inner,
           out.data<T>());
       GS_CUDA_CHECK_LAUNCH("NllLossNoneKernel");
     } else {
       const bool nan_result = reduction == Reduction::kMean && count == 0;
-      NllLossSumKernel<T><<<1, kBlock, 0, stream>>>(x.data<T>(), weight.data<T>(),
-                                                    safe_target.data<int64_t>(), positions, s.size,
-                                                    s.inner, nan_result, out.data<T>());
+      NllLossSumKernel<T><<<1, kBlock, 0, on.stream()>>>(
+          x.data<T>(), weight.data<T>(), safe_target.data<int64_t>(), positions, s.size, s.inner,
+          nan_result, out.data<T>());
       GS_CUDA_CHECK_LAUNCH("NllLossSumKernel");
     }
   });
@@ -347,17 +345,16 @@ __global__ void MseBackwardKernel(const T* x, const T* t, const T* g, int64_t n,
 void MseLossCuda(const Tensor& x, const Tensor& t, Reduction reduction, const Tensor& out) {
   const int64_t n = x.numel();
   if (reduction == Reduction::kNone && n == 0) return;
-  cuda::DeviceGuard guard(cuda::PhysicalIndex(out.device().index));
-  const cudaStream_t stream = StreamOf(out);
+  const LaunchOn on(out);
   DispatchFloating(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if (reduction == Reduction::kNone) {
       MseNoneKernel<T>
-          <<<BlocksFor(n), kThreads, 0, stream>>>(x.data<T>(), t.data<T>(), n, out.data<T>());
+          <<<BlocksFor(n), kThreads, 0, on.stream()>>>(x.data<T>(), t.data<T>(), n, out.data<T>());
       GS_CUDA_CHECK_LAUNCH("MseNoneKernel");
     } else {
-      MseSumKernel<T><<<1, kBlock, 0, stream>>>(x.data<T>(), t.data<T>(), n,
-                                                reduction == Reduction::kMean, out.data<T>());
+      MseSumKernel<T><<<1, kBlock, 0, on.stream()>>>(x.data<T>(), t.data<T>(), n,
+                                                     reduction == Reduction::kMean, out.data<T>());
       GS_CUDA_CHECK_LAUNCH("MseSumKernel");
     }
   });
@@ -367,10 +364,10 @@ void MseLossBackwardCuda(const Tensor& x, const Tensor& t, const Tensor& g, doub
                          bool per_element, const Tensor& gx) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  cuda::DeviceGuard guard(cuda::PhysicalIndex(gx.device().index));
+  const LaunchOn on(gx);
   DispatchFloating(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    MseBackwardKernel<T><<<BlocksFor(n), kThreads, 0, StreamOf(gx)>>>(
+    MseBackwardKernel<T><<<BlocksFor(n), kThreads, 0, on.stream()>>>(
         x.data<T>(), t.data<T>(), g.data<T>(), n, static_cast<T>(scale), per_element, gx.data<T>());
     GS_CUDA_CHECK_LAUNCH("MseBackwardKernel");
   });
@@ -446,11 +443,11 @@ __global__ void Col2ImKernel(const T* cols, ConvParams p, int64_t total, T* imag
 void Im2ColCuda(const Tensor& x, const ConvGeometry& g, const Tensor& cols) {
   const int64_t total = cols.numel();
   if (total == 0) return;
-  cuda::DeviceGuard guard(cuda::PhysicalIndex(cols.device().index));
+  const LaunchOn on(cols);
   DispatchFloating(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    Im2ColKernel<T><<<BlocksFor(total), kThreads, 0, StreamOf(cols)>>>(x.data<T>(), ParamsOf(g),
-                                                                       total, cols.data<T>());
+    Im2ColKernel<T><<<BlocksFor(total), kThreads, 0, on.stream()>>>(x.data<T>(), ParamsOf(g), total,
+                                                                    cols.data<T>());
     GS_CUDA_CHECK_LAUNCH("Im2ColKernel");
   });
 }
@@ -458,11 +455,11 @@ void Im2ColCuda(const Tensor& x, const ConvGeometry& g, const Tensor& cols) {
 void Col2ImCuda(const Tensor& cols, const ConvGeometry& g, const Tensor& image) {
   const int64_t total = image.numel();
   if (total == 0) return;
-  cuda::DeviceGuard guard(cuda::PhysicalIndex(image.device().index));
+  const LaunchOn on(image);
   DispatchFloating(cols.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    Col2ImKernel<T><<<BlocksFor(total), kThreads, 0, StreamOf(image)>>>(cols.data<T>(), ParamsOf(g),
-                                                                        total, image.data<T>());
+    Col2ImKernel<T><<<BlocksFor(total), kThreads, 0, on.stream()>>>(cols.data<T>(), ParamsOf(g),
+                                                                    total, image.data<T>());
     GS_CUDA_CHECK_LAUNCH("Col2ImKernel");
   });
 }
@@ -526,11 +523,11 @@ void Conv2dCuda(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv
     gemm_batch_stub(out.device(), args);
   }
   if (!bias.defined()) return;
-  cuda::DeviceGuard guard(cuda::PhysicalIndex(out.device().index));
+  const LaunchOn on(out);
   const int64_t total = out.numel();
   DispatchFloating(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    AddBiasKernel<T><<<BlocksFor(total), kThreads, 0, StreamOf(out)>>>(
+    AddBiasKernel<T><<<BlocksFor(total), kThreads, 0, on.stream()>>>(
         bias.data<T>(), g.out_channels, positions, total, out.data<T>());
     GS_CUDA_CHECK_LAUNCH("AddBiasKernel");
   });
@@ -597,10 +594,10 @@ void Conv2dBackwardCuda(const Tensor& x, const Tensor& w, const Tensor& grad, co
     Col2ImCuda(cols_grad, g, gx);
   }
   if (gb.defined()) {
-    cuda::DeviceGuard guard(cuda::PhysicalIndex(gb.device().index));
+    const LaunchOn on(gb);
     DispatchFloating(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      BiasGradKernel<T><<<RowBlocks(g.out_channels), kBlock, 0, StreamOf(gb)>>>(
+      BiasGradKernel<T><<<RowBlocks(g.out_channels), kBlock, 0, on.stream()>>>(
           grad.data<T>(), g.batch, g.out_channels, positions, gb.data<T>());
       GS_CUDA_CHECK_LAUNCH("BiasGradKernel");
     });

@@ -143,8 +143,7 @@ void LaunchReduce(const Tensor& input, absl::Span<const bool> reduced, const Ten
   const StridedIndexer<1> kept =
       MakeIndexer<1>(kept_sizes, {absl::Span<const int64_t>(kept_strides)});
   const StridedIndexer<1> red = MakeIndexer<1>(red_sizes, {absl::Span<const int64_t>(red_strides)});
-  cuda::DeviceGuard guard(cuda::PhysicalIndex(out.device().index));
-  const cudaStream_t stream = StreamOf(out);
+  const LaunchOn on(out);
   const T* const in = input.data<T>();
   OutT* const o = out.data<OutT>();
   constexpr int64_t kSplitFrom = int64_t{1} << 16;  // elements per output worth splitting
@@ -153,7 +152,7 @@ void LaunchReduce(const Tensor& input, absl::Span<const bool> reduced, const Ten
     Allocator* device_memory = DeviceRegistry::Get().allocator(out.device());
     const size_t bytes = static_cast<size_t>(n_out * parts) * sizeof(AccT);
     AccT* partial = static_cast<AccT*>(device_memory->Allocate(bytes));
-    ReducePartials<T, AccT><<<dim3(n_out, parts), kThreads, kThreads * sizeof(AccT), stream>>>(
+    ReducePartials<T, AccT><<<dim3(n_out, parts), kThreads, kThreads * sizeof(AccT), on.stream()>>>(
         n_red, kept, red, in, partial, init, combine);
     GS_CUDA_CHECK_LAUNCH("ReduceKernel");
     // The partials of output o are contiguous: reduce [n_out, parts] along its last dimension.
@@ -163,7 +162,7 @@ void LaunchReduce(const Tensor& input, absl::Span<const bool> reduced, const Ten
     const StridedIndexer<1> cols =
         MakeIndexer<1>(col_size, {absl::Span<const int64_t>(col_stride)});
     ReducePerBlock<AccT, AccT, OutT>
-        <<<BlocksFor(n_out, 1), kThreads, kThreads * sizeof(AccT), stream>>>(
+        <<<BlocksFor(n_out, 1), kThreads, kThreads * sizeof(AccT), on.stream()>>>(
             n_out, parts, rows, cols, partial, o, init, combine, finalize);
     GS_CUDA_CHECK_LAUNCH("ReduceKernel");
     // Stream order makes the block safe to reuse once freed (Note [Caching allocator]).
@@ -171,12 +170,13 @@ void LaunchReduce(const Tensor& input, absl::Span<const bool> reduced, const Ten
   } else if (inner_reduced || n_out == 1) {
     int threads = 32;
     while (threads < kThreads && threads < n_red) threads *= 2;
-    ReducePerBlock<T, AccT, OutT><<<BlocksFor(n_out, 1), threads, threads * sizeof(AccT), stream>>>(
-        n_out, n_red, kept, red, in, o, init, combine, finalize);
+    ReducePerBlock<T, AccT, OutT>
+        <<<BlocksFor(n_out, 1), threads, threads * sizeof(AccT), on.stream()>>>(
+            n_out, n_red, kept, red, in, o, init, combine, finalize);
   } else {
     const dim3 block(32, 8);
     ReduceAcrossOutputs<T, AccT, OutT>
-        <<<BlocksFor(n_out, 32), block, 32 * 8 * sizeof(AccT), stream>>>(
+        <<<BlocksFor(n_out, 32), block, 32 * 8 * sizeof(AccT), on.stream()>>>(
             n_out, n_red, kept, red, in, o, init, combine, finalize);
   }
   GS_CUDA_CHECK_LAUNCH("ReduceKernel");

@@ -88,12 +88,11 @@ void IndexSelectCuda(const Tensor& out, const Tensor& in, const Tensor& index,
                      const IndexGeometry& g) {
   const int64_t total = out.numel();
   if (total == 0) return;
-  cuda::DeviceGuard guard(cuda::PhysicalIndex(out.device().index));
-  const cudaStream_t stream = StreamOf(out);
+  const LaunchOn on(out);
   DispatchDType(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    IndexSelectRows<T><<<BlocksFor(total), kThreads, 0, stream>>>(total, g, index.data<int64_t>(),
-                                                                  in.data<T>(), out.data<T>());
+    IndexSelectRows<T><<<BlocksFor(total), kThreads, 0, on.stream()>>>(
+        total, g, index.data<int64_t>(), in.data<T>(), out.data<T>());
   });
   GS_CUDA_CHECK_LAUNCH("index_select");
 }
@@ -102,12 +101,11 @@ void IndexAddCuda(const Tensor& dst, const Tensor& src, const Tensor& index,
                   const IndexGeometry& g) {
   const int64_t total = src.numel();
   if (total == 0) return;
-  cuda::DeviceGuard guard(cuda::PhysicalIndex(dst.device().index));
-  const cudaStream_t stream = StreamOf(dst);
+  const LaunchOn on(dst);
   DispatchFloating(dst.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    IndexAddRows<T><<<BlocksFor(total), kThreads, 0, stream>>>(total, g, index.data<int64_t>(),
-                                                               src.data<T>(), dst.data<T>());
+    IndexAddRows<T><<<BlocksFor(total), kThreads, 0, on.stream()>>>(total, g, index.data<int64_t>(),
+                                                                    src.data<T>(), dst.data<T>());
   });
   GS_CUDA_CHECK_LAUNCH("index_add");
 }
@@ -117,11 +115,10 @@ void GatherCuda(const Tensor& out, const Tensor& input, const Tensor& index, int
   if (n == 0) return;
   int64_t dim_stride = 0;
   const StridedIndexer<1> target = TargetIndexer(index, input, dim, dim_stride);
-  cuda::DeviceGuard guard(cuda::PhysicalIndex(out.device().index));
-  const cudaStream_t stream = StreamOf(out);
+  const LaunchOn on(out);
   DispatchDType(input.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    GatherElements<T><<<BlocksFor(n), kThreads, 0, stream>>>(
+    GatherElements<T><<<BlocksFor(n), kThreads, 0, on.stream()>>>(
         n, target, dim_stride, index.data<int64_t>(), input.data<T>(), out.data<T>());
   });
   GS_CUDA_CHECK_LAUNCH("gather");
@@ -132,11 +129,10 @@ void ScatterAddCuda(const Tensor& out, const Tensor& src, const Tensor& index, i
   if (n == 0) return;
   int64_t dim_stride = 0;
   const StridedIndexer<1> target = TargetIndexer(index, out, dim, dim_stride);
-  cuda::DeviceGuard guard(cuda::PhysicalIndex(out.device().index));
-  const cudaStream_t stream = StreamOf(out);
+  const LaunchOn on(out);
   DispatchFloating(src.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    ScatterAddElements<T><<<BlocksFor(n), kThreads, 0, stream>>>(
+    ScatterAddElements<T><<<BlocksFor(n), kThreads, 0, on.stream()>>>(
         n, target, dim_stride, index.data<int64_t>(), src.data<T>(), out.data<T>());
   });
   GS_CUDA_CHECK_LAUNCH("scatter_add");
