@@ -30,7 +30,9 @@
 namespace {
 const gradserve::server::ServerOptions kDefaults;
 
-// Note [The server's malloc]: what mimalloc keeps for reuse, when it is the malloc.
+// Note [The server's malloc]: which malloc this build uses, for the start-up line, and what
+// mimalloc keeps for reuse when it is the one.
+constexpr const char* kMallocName = GRADSERVE_USE_MIMALLOC ? "mimalloc" : "glibc";
 constexpr long kFreedMemoryHoldMs = 2000;
 void TuneServerMalloc() {
   gradserve::TuneHostMalloc();  // Note [Malloc tuning]
@@ -180,7 +182,7 @@ int Main() {
   }
   std::string host = options.listen_address.substr(0, options.listen_address.rfind(':'));
   LogLine(absl::StrCat("listening on ", host, ":", (*server)->port(), " (version ", ServerVersion(),
-                       ", malloc ", GRADSERVE_MALLOC_NAME, ")"));
+                       ", malloc ", kMallocName, ")"));
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
