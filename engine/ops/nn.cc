@@ -403,6 +403,46 @@ class MseLossBackward final : public Node {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Note [Gradients PyTorch computes in one function]
+// PyTorch computes the backward of layer_norm and of convolution as one function of all the
+// backward's inputs (native_layer_norm_backward, convolution_backward). Under create_graph it
+// records that function's own backward (NativeLayerNormBackwardBackward0,
+// ConvolutionBackwardBackward0) as the grad_fn of every gradient it returns, as soon as one of
+// those inputs requires grad. So such a gradient requires grad even where it depends on
+// nothing that does (layer_norm's weight gradient for a constant input), and differentiating
+// it again gives no gradient along that path (None with allow_unused, zeros with
+// materialize_grads) instead of the error that a value does not require grad. The
+// differentiable formulas here record only what each gradient depends on; RecordAsOneFunction
+// gives each gradient that recorded nothing a grad_fn of PyTorch's name with edges to the
+// inputs that gives none of them a gradient, which is what PyTorch's formula gives along such
+// a path. Gradients that recorded something keep their own grad_fn: their derivatives are the
+// same either way.
+
+// The grad_fn of a gradient that depends on no input requiring grad (see the Note).
+class NoGradientBackward final : public Node {
+ public:
+  explicit NoGradientBackward(const char* name) : name_(name) {}
+  TensorList apply(TensorList&& /*grads*/) override { return TensorList(num_outputs()); }
+  std::string name() const override { return name_; }
+
+ private:
+  const char* const name_;
+};
+
+// Note [Gradients PyTorch computes in one function]: under grad mode, gives each defined
+// gradient in grads that does not require grad, while an input in inputs does, a grad_fn named
+// name. The gradient becomes a new tensor sharing its storage, since the formula may have
+// returned a tensor that something else holds.
+void RecordAsOneFunction(TensorList& grads, autograd::TensorRefs inputs, const char* name) {
+  if (!autograd::ShouldRecord(inputs)) return;
+  for (Tensor& grad : grads) {
+    if (!grad.defined() || grad.requires_grad()) continue;
+    grad = grad.detach();
+    RecordIfNeeded(grad, inputs, [&] { return MakeNode<NoGradientBackward>(name); });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // layer_norm.
 
 // Per row of [rows, cols]: mean and 1 / sqrt(biased variance + eps), then
@@ -550,6 +590,7 @@ class LayerNormBackward final : public Node {
     }
     if (need_w) out[1] = sum_to(mul(g, xhat), w.shape());
     if (need_b) out[2] = sum_to(g, b.shape());
+    RecordAsOneFunction(out, {g, x, w, b}, "NativeLayerNormBackwardBackward0");
     return out;
   }
 
@@ -724,6 +765,7 @@ class ConvolutionBackward final : public Node {
       const int64_t dims[] = {0, 2, 3};
       out[2] = sum(grad, dims);
     }
+    RecordAsOneFunction(out, {grad, x, w}, "ConvolutionBackwardBackward0");
     return out;
   }
 

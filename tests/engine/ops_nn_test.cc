@@ -64,6 +64,52 @@ void ExpectBackwardPathsAgree(const TensorFn& fn, const TensorList& inputs) {
     ExpectNear(results[0][i], Values(results[1][i]), 1e-12);
 }
 
+// Note [Gradients PyTorch computes in one function]: the create_graph gradients of sum(out)
+// w.r.t. wrt all require grad, with grad_fn `name` since none depends on an input that
+// requires grad, and equal those without create_graph. Differentiating one again gives what
+// PyTorch gives: no gradient (None) with allow_unused, zeros with materialize_grads, and
+// without either an error that names the input as unused.
+void ExpectGradientsOfOneFunction(const Tensor& out, const TensorList& wrt,
+                                  const std::string& name) {
+  autograd::BackwardOptions create;
+  create.create_graph = true;
+  create.retain_graph = true;
+  absl::StatusOr<TensorList> grads = autograd::Grad({sum(out)}, {}, wrt, create);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  absl::StatusOr<TensorList> plain = autograd::Grad({sum(out)}, {}, wrt, {});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  for (size_t i = 0; i < wrt.size(); ++i) {
+    SCOPED_TRACE(i);
+    const Tensor& grad = (*grads)[i];
+    EXPECT_TRUE(grad.requires_grad());
+    EXPECT_EQ(NodeName(grad), name);
+    ExpectNear(grad, Values((*plain)[i]), 1e-12);
+
+    autograd::BackwardOptions unused;
+    unused.allow_unused = true;
+    unused.retain_graph = true;
+    absl::StatusOr<TensorList> again = autograd::Grad({sum(grad)}, {}, wrt, unused);
+    ASSERT_TRUE(again.ok()) << again.status();
+    for (const Tensor& g : *again) EXPECT_FALSE(g.defined());
+
+    autograd::BackwardOptions zeros;
+    zeros.materialize_grads = true;
+    zeros.retain_graph = true;
+    again = autograd::Grad({sum(grad)}, {}, wrt, zeros);
+    ASSERT_TRUE(again.ok()) << again.status();
+    for (size_t k = 0; k < wrt.size(); ++k) {
+      ExpectNear((*again)[k], V(static_cast<size_t>(wrt[k].numel()), 0.0));
+    }
+
+    autograd::BackwardOptions strict;
+    strict.retain_graph = true;
+    again = autograd::Grad({sum(grad)}, {}, wrt, strict);
+    EXPECT_EQ(again.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(again.status().message().find("was not used to compute the roots"), std::string::npos)
+        << again.status();
+  }
+}
+
 // --- softmax, log_softmax ---
 
 TEST(SoftmaxTest, Values) {
@@ -254,6 +300,14 @@ TEST(LayerNormTest, Gradients) {
   EXPECT_EQ(NodeName(layer_norm(Leaf({2, 3}, 14), {3})), "NativeLayerNormBackward0");
 }
 
+TEST(LayerNormTest, CreateGraphGradientsOfAConstantInputRequireGrad) {
+  const Tensor w = Leaf({3}, 2), b = Leaf({3}, 3);
+  ExpectGradientsOfOneFunction(layer_norm(Constant({2, 3}, 1), {3}, w, b, 1e-5), {w, b},
+                               "NativeLayerNormBackwardBackward0");
+  ExpectGradientsOfOneFunction(layer_norm(Constant({2, 3}, 4), {3}, Constant({3}, 5), b, 1e-5), {b},
+                               "NativeLayerNormBackwardBackward0");
+}
+
 TEST(LayerNormTest, Errors) {
   Tensor x = F64({1, 2, 3, 4, 5, 6}, {2, 3});
   ExpectInvalid([&] { layer_norm(x, {2}); },
@@ -386,6 +440,20 @@ TEST(Conv2dTest, Gradients) {
                            {Leaf({2, 4, 5, 6}, 14), Leaf({4, 2, 2, 3}, 15), Leaf({4}, 16)});
   EXPECT_EQ(NodeName(conv2d(Leaf({1, 1, 2, 2}, 17), Leaf({1, 1, 1, 1}, 18))),
             "ConvolutionBackward0");
+}
+
+TEST(Conv2dTest, CreateGraphGradientsOfAConstantInputRequireGrad) {
+  const Tensor w = Leaf({2, 2, 2, 2}, 2), b = Leaf({2}, 3);
+  ExpectGradientsOfOneFunction(conv2d(Constant({1, 2, 3, 3}, 1), w, b), {w, b},
+                               "ConvolutionBackwardBackward0");
+  // As in PyTorch, the bias alone is not an input of the convolution's backward: with a
+  // constant input and weight, the bias's gradient does not require grad.
+  autograd::BackwardOptions create;
+  create.create_graph = true;
+  absl::StatusOr<TensorList> grads = autograd::Grad(
+      {sum(conv2d(Constant({1, 2, 3, 3}, 4), Constant({2, 2, 2, 2}, 5), b))}, {}, {b}, create);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_FALSE((*grads)[0].requires_grad());
 }
 
 TEST(Conv2dTest, Errors) {

@@ -222,6 +222,29 @@ class HandWrittenParityTest(ServerTestCase):
         np.testing.assert_allclose(result.calls[0][x], (hessian @ g.values[v]).numpy(),
                                    rtol=1e-10, atol=1e-12)
 
+    def test_second_derivatives_of_layer_norm_and_conv2d_weights(self):
+        """PyTorch records the backward of layer_norm and of conv2d as one function, so under
+        create_graph their weight and bias gradients require grad even for a constant input,
+        and differentiating them again gives None, not an error (Note [Gradients PyTorch
+        computes in one function])."""
+        cases = [("layer_norm", (2, 3), (3,), {"normalized_shape": [3]}),
+                 ("conv2d", (1, 2, 4, 4), (3, 2, 3, 3), {})]
+        for seed, (op, x_shape, w_shape, attrs) in enumerate(cases):
+            with self.subTest(op=op):
+                g = DualGraph()
+                x = leaf(g, x_shape, 20 + seed, requires_grad=False)
+                w = leaf(g, w_shape, 30 + seed)
+                b = leaf(g, (w_shape[0],), 40 + seed)
+                loss = g.op("sum", [g.op(op, [x, w, b], **attrs)])
+                gw, gb = g.grad_op([loss], [w, b], [g.leaf(np.array(1.0))])
+                self.assertTrue(g.values[gw].requires_grad and g.values[gb].requires_grad)
+                root = g.op("add", [g.op("sum", [gw]), g.op("sum", [gb])])
+                g.grad_call([root], [w, b], retain_graph=True)
+                g.grad_call([root], [w, b], none_as_zero=True)
+                result = self.run_dual(g)
+                self.assertIsNone(result.calls[0][w])
+                np.testing.assert_array_equal(result.calls[1][b], np.zeros(w_shape[0]))
+
     def checkpointed(self, g, inputs, build_body):
         """Records a checkpoint op over inputs; build_body(body, formal names) -> output name.
         In PyTorch the body just runs inline: a checkpoint changes memory, not gradients."""
