@@ -186,18 +186,41 @@ void CheckClassTarget(const char* op, const Tensor& input, const Tensor& target,
                             ShapeToString(input.shape())));
 }
 
-// Per target position: the weight its -log p gets in the loss (0 where ignored, 1 / count for
-// "mean", else 1), and the target with ignored positions set to class 0 so it can index.
+// Checks the optional class weights of `op` (undefined: every class weighs 1): a [C] tensor of
+// the input's dtype and device that does not require grad (PyTorch's losses are not
+// differentiable with respect to them, and refuse such a weight too).
+void CheckClassWeight(const char* op, const Tensor& input, const Tensor& class_weight) {
+  if (!class_weight.defined()) return;
+  const int64_t classes = input.size(ClassDim(input));
+  GS_CHECK_ARG(class_weight.shape() == Shape{classes}, op, ": weight has shape ",
+               ShapeToString(class_weight.shape()), " but input with shape ",
+               ShapeToString(input.shape()), " has ", classes,
+               " classes: weight must have one value per class, shape [", classes, "]");
+  CheckSameDTypeAndDevice(op, "input", input, "weight", class_weight);
+  GS_CHECK_ARG(!class_weight.requires_grad(), op,
+               ": weight requires grad, but the loss is not differentiable with respect to its "
+               "class weights (as in PyTorch); detach it or make it a leaf without "
+               "requires_grad");
+}
+
+// Per target position: the weight its -log p gets in the loss, and the target with ignored
+// positions set to class 0 so it can index. The weight is 0 where ignored, else the target
+// class's weight (1 without class weights), divided by `total` for "mean".
+//
+// The kernels skip a position of weight 0 (an ignored one, or one whose class weighs 0), so
+// such a position adds 0 even where its log-probability is -inf; PyTorch multiplies, which
+// gives NaN for a class of weight 0 at a log-probability of -inf.
 struct NllWeights {
   Tensor weight;       // target's shape, the input's dtype
   Tensor safe_target;  // int64, target's shape
   int64_t count = 0;   // positions not ignored
+  double total = 0;    // their class weights' sum (count without class weights): "mean"'s divisor
 };
-NllWeights MakeNllWeights(const Tensor& target, DType dtype, Reduction reduction,
-                          int64_t ignore_index) {
-  // The count of positions not ignored is needed on the host (the divisor of "mean", a
-  // ReduceLoss argument), so a GPU target is copied to the CPU (Tensor::To waits for it), the
-  // weights made there and copied back to the GPU. Host devices read target in place.
+NllWeights MakeNllWeights(const Tensor& target, const Tensor& class_weight, DType dtype,
+                          Reduction reduction, int64_t ignore_index) {
+  // The divisor of "mean" is needed on the host (a ReduceLoss argument), so a GPU target and
+  // class weights are copied to the CPU (Tensor::To waits for them), the weights made there
+  // and copied back to the GPU. Host devices read target in place.
   const Device device = target.device();
   const bool on_gpu = device.type == DeviceType::kCUDA;
   const Tensor t = (on_gpu ? target.To(kCPU) : target).contiguous();
@@ -205,18 +228,28 @@ NllWeights MakeNllWeights(const Tensor& target, DType dtype, Reduction reduction
   const int64_t n = t.numel();
   const int64_t* tv = t.data<int64_t>();
   NllWeights w;
-  for (int64_t i = 0; i < n; ++i) w.count += tv[i] != ignore_index;
-  const double each = reduction == Reduction::kMean ? 1.0 / static_cast<double>(w.count) : 1.0;
   w.weight = Tensor::Empty(target.shape(), dtype, here);
   w.safe_target = Tensor::Empty(target.shape(), DType::kInt64, here);
   int64_t* sv = w.safe_target.data<int64_t>();
   DispatchFloating(dtype, [&](auto tag) {
     using T = decltype(tag);
+    Tensor cw;
+    if (class_weight.defined()) cw = class_weight.To(kCPU).contiguous();
+    const T* cwv = cw.defined() ? cw.data<T>() : nullptr;
     T* wv = w.weight.data<T>();
     for (int64_t i = 0; i < n; ++i) {
       const bool ignored = tv[i] == ignore_index;
-      wv[i] = ignored ? T(0) : static_cast<T>(each);
       sv[i] = ignored ? 0 : tv[i];
+      wv[i] = ignored ? T(0) : cwv != nullptr ? cwv[tv[i]] : T(1);
+      w.count += !ignored;
+      w.total += static_cast<double>(wv[i]);
+    }
+    // "mean" divides by total; 0 / 0 is NaN, as PyTorch's (a total of 0 with positions kept
+    // makes their weights NaN; with none kept, the kernels give NaN).
+    if (reduction == Reduction::kMean) {
+      for (int64_t i = 0; i < n; ++i) {
+        if (tv[i] != ignore_index) wv[i] = static_cast<T>(static_cast<double>(wv[i]) / w.total);
+      }
     }
   });
   if (on_gpu) {
@@ -226,16 +259,16 @@ NllWeights MakeNllWeights(const Tensor& target, DType dtype, Reduction reduction
   return w;
 }
 
-// Sums per-position values of the target's shape as `reduction` asks (count: positions not
-// ignored, the divisor of "mean"). Differentiable.
-Tensor ReduceLoss(const Tensor& per_position, Reduction reduction, int64_t count) {
+// Sums per-position values of the target's shape as `reduction` asks (total: the divisor of
+// "mean", NllWeights::total). Differentiable.
+Tensor ReduceLoss(const Tensor& per_position, Reduction reduction, double total) {
   switch (reduction) {
     case Reduction::kNone:
       return per_position;
     case Reduction::kSum:
       return sum(per_position);
     case Reduction::kMean:
-      return mul(sum(per_position), 1.0 / static_cast<double>(count));
+      return mul(sum(per_position), 1.0 / total);
   }
   return per_position;
 }
@@ -304,14 +337,13 @@ KernelStub<NllLossFn> nll_loss_stub("nll_loss", NllLossCpu);
 
 namespace {
 
-// nll_loss for `op` (nll_loss or cross_entropy, named in errors); also returns the count of
-// positions not ignored.
-Tensor NllLossImpl(const char* op, const Tensor& input, const Tensor& target, Reduction reduction,
-                   int64_t ignore_index, int64_t* count_out) {
-  CheckClassTarget(op, input, target, ignore_index);
+// nll_loss for `op` (nll_loss or cross_entropy, named in errors), whose arguments were checked;
+// also returns the divisor of "mean" (NllWeights::total).
+Tensor NllLossImpl(const Tensor& input, const Tensor& target, const Tensor& class_weight,
+                   Reduction reduction, int64_t ignore_index, double* total_out) {
   const int64_t class_dim = ClassDim(input);
-  NllWeights w = MakeNllWeights(target, input.dtype(), reduction, ignore_index);
-  *count_out = w.count;
+  NllWeights w = MakeNllWeights(target, class_weight, input.dtype(), reduction, ignore_index);
+  *total_out = w.total;
   const Tensor x = input.contiguous();
   const DimSplit s = SplitAt(input.shape(), class_dim);  // [N, C, spatial]
   Tensor out = Tensor::Empty(reduction == Reduction::kNone ? target.shape() : Shape{},
@@ -796,28 +828,39 @@ Tensor log_softmax(const Tensor& input, int64_t dim) {
 }
 
 Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction,
-                int64_t ignore_index) {
-  int64_t count = 0;
-  return NllLossImpl("nll_loss", input, target, reduction, ignore_index, &count);
+                int64_t ignore_index, const Tensor& weight) {
+  CheckClassTarget("nll_loss", input, target, ignore_index);
+  CheckClassWeight("nll_loss", input, weight);
+  double total = 0;
+  return NllLossImpl(input, target, weight, reduction, ignore_index, &total);
 }
 
 Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction,
-                     int64_t ignore_index, double label_smoothing) {
+                     int64_t ignore_index, double label_smoothing, const Tensor& weight) {
   GS_CHECK_ARG(label_smoothing >= 0 && label_smoothing <= 1,
                "cross_entropy: label_smoothing = ", label_smoothing, " must be in [0, 1]");
   CheckClassTarget("cross_entropy", input, target, ignore_index);
+  CheckClassWeight("cross_entropy", input, weight);
   const int64_t class_dim = ClassDim(input);
   const Tensor log_probs = log_softmax(input, class_dim);
-  int64_t count = 0;
-  Tensor loss = NllLossImpl("cross_entropy", log_probs, target, reduction, ignore_index, &count);
+  double total = 0;
+  Tensor loss = NllLossImpl(log_probs, target, weight, reduction, ignore_index, &total);
   if (label_smoothing == 0) return loss;
-  // The smoothing term per position: -mean over classes of log p, 0 where ignored.
-  const NllWeights kept = MakeNllWeights(target, input.dtype(), Reduction::kSum, ignore_index);
+  // The smoothing term per position: minus the mean over classes of log p (each class's term
+  // times its weight), 0 where ignored; "mean" divides it by the same total as the loss.
+  const NllWeights kept =
+      MakeNllWeights(target, Tensor(), input.dtype(), Reduction::kSum, ignore_index);
+  Tensor weighted = log_probs;
+  if (weight.defined()) {
+    Shape along_classes(static_cast<size_t>(input.dim() - class_dim), 1);
+    along_classes[0] = input.size(class_dim);  // [C, 1, ...]: broadcasts over the class dim
+    weighted = mul(log_probs, reshape(weight, along_classes));
+  }
   const int64_t dims[] = {class_dim};
   const double per_class = -1.0 / static_cast<double>(input.size(class_dim));
-  const Tensor smooth = mul(mul(sum(log_probs, dims), kept.weight), per_class);
+  const Tensor smooth = mul(mul(sum(weighted, dims), kept.weight), per_class);
   return add(mul(loss, 1 - label_smoothing),
-             mul(ReduceLoss(smooth, reduction, count), label_smoothing));
+             mul(ReduceLoss(smooth, reduction, total), label_smoothing));
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {

@@ -42,17 +42,20 @@ Tensor log_softmax(const Tensor& input, int64_t dim);
 
 // torch.nn.functional.nll_loss on log-probabilities: input [C], [N, C] or [N, C, d1, ...];
 // target int64 of input's shape without the class dim (1), each in [0, C) or ignore_index.
-// "mean" divides by the number of targets not ignored (NaN if there are none, as PyTorch).
-// Class weights are not supported. Records NllLossBackward0.
+// weight, if defined, holds PyTorch's class weights: [C], the input's dtype and device, not
+// requiring grad; each position's -log p is multiplied by its target class's weight. "mean"
+// divides by the sum of the weights of the targets not ignored (their number without class
+// weights; NaN if that is 0, as PyTorch). Records NllLossBackward0.
 Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean,
-                int64_t ignore_index = -100);
+                int64_t ignore_index = -100, const Tensor& weight = Tensor());
 
 // torch.nn.functional.cross_entropy with class-index targets: nll_loss(log_softmax(input, 1))
-// (dim 0 for a [C] input), plus PyTorch's label_smoothing in [0, 1], which mixes in the mean
-// of -log_softmax over the classes. Probability targets and class weights are not supported.
+// (dim 0 for a [C] input) with the same class weights, plus PyTorch's label_smoothing in
+// [0, 1], which mixes in the mean over the classes of -log_softmax (each class's term times
+// its weight). Probability targets are not supported.
 Tensor cross_entropy(const Tensor& input, const Tensor& target,
                      Reduction reduction = Reduction::kMean, int64_t ignore_index = -100,
-                     double label_smoothing = 0.0);
+                     double label_smoothing = 0.0, const Tensor& weight = Tensor());
 
 // torch.nn.functional.mse_loss: (input - target)^2 reduced. Shapes broadcast as PyTorch's do
 // (each operand is expanded first, recording ExpandBackward0). Records MseLossBackward0.

@@ -62,24 +62,30 @@ void RegisterNNOps(OpRegistry& registry) {
   const AttrSpec ignore_index = {"ignore_index", AttrType::kInt, false,
                                  "a target value that contributes nothing; default -100"};
   registry.Add(Schema(
-      "cross_entropy", "Cross entropy of logits [N, C, ...] against int64 class indices",
-      {"input", "target"},
+      "cross_entropy",
+      "Cross entropy of logits [N, C, ...] against int64 class indices; optional class weights "
+      "[C]",
+      {"input", "target", "weight"},
       {kReduction,
        ignore_index,
        {"label_smoothing", AttrType::kFloat, false,
         "weight in [0, 1] of the uniform distribution mixed into the target; default 0"}},
       [](const TensorList& in, const Attrs& a) -> TensorList {
         return {cross_entropy(in[0], in[1], GetReduction("cross_entropy", a),
-                              a.GetInt("ignore_index", -100), a.GetFloat("label_smoothing", 0))};
-      }));
-  registry.Add(Schema("nll_loss",
-                      "Negative log likelihood of log-probabilities [N, C, ...] against int64 "
-                      "class indices",
-                      {"input", "target"}, {kReduction, ignore_index},
-                      [](const TensorList& in, const Attrs& a) -> TensorList {
-                        return {nll_loss(in[0], in[1], GetReduction("nll_loss", a),
-                                         a.GetInt("ignore_index", -100))};
-                      }));
+                              a.GetInt("ignore_index", -100), a.GetFloat("label_smoothing", 0),
+                              OptionalInput(in, 2))};
+      },
+      /*optional_inputs=*/1));
+  registry.Add(Schema(
+      "nll_loss",
+      "Negative log likelihood of log-probabilities [N, C, ...] against int64 "
+      "class indices; optional class weights [C]",
+      {"input", "target", "weight"}, {kReduction, ignore_index},
+      [](const TensorList& in, const Attrs& a) -> TensorList {
+        return {nll_loss(in[0], in[1], GetReduction("nll_loss", a), a.GetInt("ignore_index", -100),
+                         OptionalInput(in, 2))};
+      },
+      /*optional_inputs=*/1));
   registry.Add(Schema("mse_loss", "Mean squared error; shapes broadcast", {"input", "target"},
                       {kReduction}, [](const TensorList& in, const Attrs& a) -> TensorList {
                         return {mse_loss(in[0], in[1], GetReduction("mse_loss", a))};

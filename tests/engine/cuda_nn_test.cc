@@ -162,6 +162,10 @@ TEST_P(GpuNn, Losses) {
   for (Reduction red : {Reduction::kNone, Reduction::kSum, Reduction::kMean}) {
     Near(nll_loss(x, t, red), nll_loss(G(x), G(t), red), "nll_loss");
     Near(cross_entropy(x, t, red, -100, 0.0), cross_entropy(G(x), G(t), red, -100, 0.0), "ce");
+    Tensor w = Rand({4}, dt, 38);  // class weights
+    Near(nll_loss(x, t, red, -100, w), nll_loss(G(x), G(t), red, -100, G(w)), "weighted nll_loss");
+    Near(cross_entropy(x, t, red, -100, 0.1, w), cross_entropy(G(x), G(t), red, -100, 0.1, G(w)),
+         "weighted, smoothed ce");
     Tensor a = Rand({7, 9}, dt, 32), b = Rand({7, 9}, dt, 33);
     Near(mse_loss(a, b, red), mse_loss(G(a), G(b), red), "mse_loss");
   }

@@ -210,6 +210,59 @@ TEST(CrossEntropyTest, Gradients) {
   EXPECT_EQ(NodeName(log_softmax(Leaf({3, 4}, 8), 1)), "LogSoftmaxBackward0");
 }
 
+// Class weights, with values from PyTorch 1.13 (F.cross_entropy(..., weight=w)).
+TEST(CrossEntropyTest, ClassWeights) {
+  const Tensor logits = F64({1, 2, 3, 1, 1, 1, 0, -1, 2}, {3, 3});
+  const Tensor target = I64({2, 0, 1}, {3});
+  const Tensor w = F64({0.5, 2, 1.5}, {3});
+  ExpectNear(cross_entropy(logits, target, Reduction::kNone, -100, 0, w),
+             {0.6114089466665706, 0.5493061443340549, 6.339692039112571});
+  ExpectNear(cross_entropy(logits, target, Reduction::kMean, -100, 0, w), {1.8751017825282992});
+  ExpectNear(cross_entropy(logits, target, Reduction::kSum, -100, 0, w), {7.500407130113197});
+  ExpectNear(cross_entropy(logits, target, Reduction::kMean, 0, 0, w), {1.986028853079755});
+  ExpectNear(cross_entropy(logits, target, Reduction::kMean, -100, 0.2, w), {1.7784857108672245});
+  ExpectNear(cross_entropy(logits, target, Reduction::kNone, -100, 0.2, w),
+             {0.7978220811850913, 0.7324081924454066, 5.583712569838401});
+  ExpectNear(nll_loss(log_softmax(logits, 1), target, Reduction::kSum, -100, w),
+             {7.500407130113197});
+  const Tensor spatial = F64({1, 2, 3, 4, 0, 1}, {1, 3, 2});
+  ExpectNear(cross_entropy(spatial, I64({2, 1}, {1, 2}), Reduction::kMean, -100, 0.1, w),
+             {1.4277068286144694});
+  // "mean" over targets whose weights sum to 0 is 0 / 0, as in PyTorch.
+  ExpectNear(
+      cross_entropy(logits, I64({0, 0, 0}, {3}), Reduction::kMean, -100, 0, F64({0, 1, 1}, {3})),
+      {std::nan("")});
+
+  for (double smoothing : {0.0, 0.3}) {
+    for (Reduction r : {Reduction::kMean, Reduction::kSum, Reduction::kNone}) {
+      auto fn = [&](const TensorList& x) {
+        return TensorList{cross_entropy(x[0], I64({2, 0, 1, 1}, {4}), r, 1, smoothing, w)};
+      };
+      CheckGrads("cross_entropy with class weights", fn, {Leaf({4, 3}, 20)});
+      ExpectBackwardPathsAgree(fn, {Leaf({4, 3}, 21)});
+    }
+  }
+  CheckGrads(
+      "nll_loss with class weights, spatial",
+      [&](const TensorList& x) {
+        return TensorList{nll_loss(x[0], I64({0, 2, 1, 1}, {1, 2, 2}), Reduction::kMean, -100, w)};
+      },
+      {Leaf({1, 3, 2, 2}, 22)});
+
+  ExpectInvalid(
+      [&] {
+        cross_entropy(logits, target, Reduction::kMean, -100, 0, F64({1, 2}, {2}));
+      },
+      {"cross_entropy", "weight has shape [2]", "3 classes", "shape [3]"});
+  ExpectInvalid(
+      [&] {
+        nll_loss(logits, target, Reduction::kMean, -100, Tensor::FromVector<float>({1, 2, 3}, {3}));
+      },
+      {"nll_loss", "weight", "float32", "input"});
+  ExpectInvalid([&] { cross_entropy(logits, target, Reduction::kMean, -100, 0, Leaf({3}, 23)); },
+                {"cross_entropy", "weight requires grad", "not differentiable"});
+}
+
 TEST(CrossEntropyTest, Errors) {
   Tensor logits = F64({1, 2, 3, 1, 1, 1}, {2, 3});
   ExpectInvalid(

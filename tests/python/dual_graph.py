@@ -95,12 +95,12 @@ TORCH_OPS = {
     "gather": lambda x, index, dim: x.gather(dim, index),
     "softmax": lambda x, dim: torch.softmax(x, dim),
     "log_softmax": lambda x, dim: torch.log_softmax(x, dim),
-    "cross_entropy": lambda x, target, reduction="mean", ignore_index=-100,
-    label_smoothing=0.0: F.cross_entropy(x, target, reduction=reduction,
+    "cross_entropy": lambda x, target, weight=None, reduction="mean", ignore_index=-100,
+    label_smoothing=0.0: F.cross_entropy(x, target, weight=weight, reduction=reduction,
                                          ignore_index=ignore_index,
                                          label_smoothing=label_smoothing),
-    "nll_loss": lambda x, target, reduction="mean", ignore_index=-100: F.nll_loss(
-        x, target, reduction=reduction, ignore_index=ignore_index),
+    "nll_loss": lambda x, target, weight=None, reduction="mean", ignore_index=-100: F.nll_loss(
+        x, target, weight=weight, reduction=reduction, ignore_index=ignore_index),
     "mse_loss": lambda x, target, reduction="mean": F.mse_loss(x, target, reduction=reduction),
     "layer_norm": _layer_norm,
     "embedding": _embedding,

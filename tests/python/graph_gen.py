@@ -404,12 +404,16 @@ class RandomGraph:
                 attrs.pop("ignore_index")
         if self.coin(0.6):
             attrs["reduction"] = self.choice(["none", "mean", "sum"])
+        inputs = [self.g.leaf(target)]
+        if self.coin(0.3):  # class weights, away from 0 so that "mean" divides by no near-0 sum
+            weight = self.rng.uniform(0.25, 2, size=(classes,)).astype(self.dtype)
+            inputs.append(self.g.leaf(weight))
         if self.coin(0.25):  # nll_loss on log-probabilities; PyTorch's cross_entropy, in two ops
             y = self.try_op("log_softmax", [x], dim=0 if len(s) == 1 else 1)
-            return y and self.try_op("nll_loss", [y, self.g.leaf(target)], **attrs)
+            return y and self.try_op("nll_loss", [y] + inputs, **attrs)
         if self.coin(0.3):
             attrs["label_smoothing"] = 0.1
-        return self.try_op("cross_entropy", [x, self.g.leaf(target)], **attrs)
+        return self.try_op("cross_entropy", [x] + inputs, **attrs)
 
     def conv2d(self):
         x = self.pick(min_rank=3, max_rank=4) if self.coin(0.5) else None
