@@ -1,7 +1,9 @@
 // graph::Validate: every check on a Graph that needs no tensor computation (interpreter.h).
 
 #include <string>
+#include <variant>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -216,10 +218,17 @@ class Validator {
                                                        " takes ", NameList(known, "no attributes"),
                                                        ")"));
       }
-      if (!AttrTypeAccepts(spec->type, ops::TypeOf(value))) {
-        return absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' must be ",
-                                                       ops::AttrTypeName(spec->type), ", got ",
-                                                       ops::AttrTypeName(ops::TypeOf(value))));
+      const bool keyword = !spec->keywords.empty() && ops::TypeOf(value) == AttrType::kString;
+      if (keyword ? !absl::c_linear_search(spec->keywords, std::get<std::string>(value))
+                  : !AttrTypeAccepts(spec->type, ops::TypeOf(value))) {
+        std::string want = ops::AttrTypeName(spec->type);
+        if (!spec->keywords.empty()) {
+          absl::StrAppend(&want, " or one of '", absl::StrJoin(spec->keywords, "', '"), "'");
+        }
+        const std::string got = keyword ? absl::StrCat("'", std::get<std::string>(value), "'")
+                                        : ops::AttrTypeName(ops::TypeOf(value));
+        return absl::InvalidArgumentError(
+            absl::StrCat("attribute '", name, "' must be ", want, ", got ", got));
       }
       if (spec->type == AttrType::kInts && (name == "shape" || name == "size")) {
         if (absl::Status s = CheckShapeAttr(name, op.attrs.GetInts(name)); !s.ok()) return s;

@@ -938,6 +938,39 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, std::optional<int6
   return out;
 }
 
+namespace {
+
+// conv2d with padding="same" on a [N, C, H, W] input (Conv2dOptions::same_padding), as PyTorch
+// computes it: the symmetric half of each dim's padding is the convolution's; where the total
+// is odd, the input is first extended by one zero row or column at its end.
+Tensor SamePaddingConv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                         const Conv2dOptions& options) {
+  GS_CHECK_ARG(options.stride[0] == 1 && options.stride[1] == 1,
+               "conv2d: padding='same' is not supported for strided convolutions (stride [",
+               options.stride[0], ", ", options.stride[1], "]), as in PyTorch");
+  Conv2dOptions symmetric = options;
+  symmetric.same_padding = false;
+  Tensor x = input;
+  // Bad shapes and dilations are left to conv2d's checks: they pad nothing here.
+  for (int i = 0; i < 2 && weight.dim() == 4; ++i) {
+    const int64_t kernel = weight.size(2 + i), dilation = options.dilation[i];
+    int64_t total = 0;
+    if (kernel < 1 || dilation < 1 || __builtin_mul_overflow(dilation, kernel - 1, &total)) {
+      continue;
+    }
+    symmetric.padding[i] = total / 2;
+    if (total % 2 == 1) {
+      const int64_t dim = 2 + i;
+      Shape edge = x.shape();
+      edge[dim] = 1;
+      x = cat({x, Tensor::Zeros(edge, x.dtype(), x.device())}, dim);
+    }
+  }
+  return conv2d(x, weight, bias, symmetric);
+}
+
+}  // namespace
+
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
               const Conv2dOptions& options) {
   RequireFloating("conv2d", "input", input);
@@ -946,6 +979,7 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
   GS_CHECK_ARG(input.dim() == 3 || input.dim() == 4, "conv2d: input must be [N, C, H, W] or ",
                "[C, H, W], got shape ", ShapeToString(input.shape()));
   if (input.dim() == 3) return squeeze(conv2d(unsqueeze(input, 0), weight, bias, options), 0);
+  if (options.same_padding) return SamePaddingConv2d(input, weight, bias, options);
   const ConvGeometry g = MakeConvGeometry(input.shape(), weight.shape(), options);
   if (bias.defined()) {
     CheckSameDTypeAndDevice("conv2d", "input", input, "bias", bias);

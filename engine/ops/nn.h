@@ -80,6 +80,10 @@ struct Conv2dOptions {
   std::array<int64_t, 2> padding = {0, 0};
   std::array<int64_t, 2> dilation = {1, 1};
   int64_t groups = 1;
+  // PyTorch's padding="same" (stride 1 only): each spatial dim is padded by dilation *
+  // (kernel - 1) in all, half before and the rest after, so the output keeps the input's
+  // height and width; `padding` is not used. padding="valid" is padding {0, 0}.
+  bool same_padding = false;
 };
 
 // torch.nn.functional.conv2d: input [N, C, H, W] (or unbatched [C, H, W]), weight

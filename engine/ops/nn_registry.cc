@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -44,6 +45,19 @@ std::array<int64_t, 2> GetPair(const Attrs& a, const std::string& name, int64_t 
   GS_CHECK_ARG(v.size() == 1 || v.size() == 2, "conv2d: attribute '", name,
                "' must have one or two ints, got ", v.size());
   return {v[0], v.size() == 2 ? v[1] : v[0]};
+}
+
+// Reads conv2d's padding into options: one or two ints, or the keyword "valid" or "same".
+void SetPadding(const Attrs& a, Conv2dOptions& options) {
+  if (a.has("padding")) {
+    if (const auto* mode = std::get_if<std::string>(&a.values().at("padding"))) {
+      GS_CHECK_ARG(*mode == "valid" || *mode == "same", "conv2d: padding = '", *mode,
+                   "' must be one or two ints, 'valid' or 'same'");
+      options.same_padding = *mode == "same";
+      return;
+    }
+  }
+  options.padding = GetPair(a, "padding", 0);
 }
 
 }  // namespace
@@ -112,13 +126,18 @@ void RegisterNNOps(OpRegistry& registry) {
       "conv2d", "2-d convolution of [N, C, H, W] (or [C, H, W]) by weight [O, C / groups, kH, kW]",
       {"input", "weight", "bias"},
       {{"stride", AttrType::kInts, false, "one or two ints (height, width); default 1"},
-       {"padding", AttrType::kInts, false, "zero padding, one or two ints; default 0"},
+       {"padding",
+        AttrType::kInts,
+        false,
+        "zero padding, one or two ints, or 'valid' (none) or 'same' (stride 1: the output keeps "
+        "the input's height and width); default 0",
+        {"valid", "same"}},
        {"dilation", AttrType::kInts, false, "one or two ints; default 1"},
        {"groups", AttrType::kInt, false, "channel groups dividing C and O; default 1"}},
       [](const TensorList& in, const Attrs& a) -> TensorList {
         Conv2dOptions options;
         options.stride = GetPair(a, "stride", 1);
-        options.padding = GetPair(a, "padding", 0);
+        SetPadding(a, options);
         options.dilation = GetPair(a, "dilation", 1);
         options.groups = a.GetInt("groups", 1);
         return {conv2d(in[0], in[1], OptionalInput(in, 2), options)};

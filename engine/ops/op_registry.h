@@ -19,6 +19,9 @@ struct AttrSpec {
   AttrType type;
   bool required = false;
   std::string doc;  // one line, including the default when not required
+  // Strings accepted instead of a value of `type` (conv2d's padding: "valid", "same"); any
+  // other string is refused by validation.
+  std::vector<std::string> keywords = {};
 };
 
 struct OpSchema {

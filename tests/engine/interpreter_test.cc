@@ -121,6 +121,23 @@ std::vector<BadGraphCase> BadGraphCases() {
        {},
        kInvalid,
        {"op #0 (sum -> 's'): attribute 'keepdim' must be bool, got string"}});
+  cases.push_back(
+      {"UnknownAttributeKeyword",
+       Base()
+           .Op("conv2d", {"x", "c"}, {"y"}, ops::Attrs({{"padding", std::string("full")}}))
+           .Build(),
+       {},
+       kInvalid,
+       {"op #0 (conv2d -> 'y'): attribute 'padding' must be int list or one of 'valid', 'same', "
+        "got "
+        "'full'"}});
+  cases.push_back({"WrongAttributeTypeWithKeywords",
+                   Base().Op("conv2d", {"x", "c"}, {"y"}, ops::Attrs({{"padding", 1.5}})).Build(),
+                   {},
+                   kInvalid,
+                   {"op #0 (conv2d -> 'y'): attribute 'padding' must be int list or one of "
+                    "'valid', 'same', got "
+                    "float"}});
   cases.push_back({"UnknownAttribute",
                    Base().Op("mul", {"x", "c"}, {"h"}, ops::Attrs({{"bogus", int64_t{1}}})).Build(),
                    {},

@@ -509,6 +509,47 @@ TEST(Conv2dTest, CreateGraphGradientsOfAConstantInputRequireGrad) {
   EXPECT_FALSE((*grads)[0].requires_grad());
 }
 
+// padding="same", with values from PyTorch 1.13 (F.conv2d(..., padding="same")).
+TEST(Conv2dTest, SamePadding) {
+  Conv2dOptions same;
+  same.same_padding = true;
+  const Tensor x = F64({1, 2, 0, -1, 3, 1, 2, 2, 0, -2, 1, 4}, {1, 1, 3, 4});
+  const Tensor w = F64({1, -1, 2, 0.5}, {1, 1, 2, 2});
+  ExpectNear(conv2d(x, w, F64({0.25}, {1}), same),
+             {5.75, 5.25, 6.25, 3.25, 1.25, -4.25, 4.25, 10.25, 2.25, -2.75, -2.75, 4.25});
+  Conv2dOptions dilated = same;
+  dilated.dilation = {1, 2};
+  ExpectNear(conv2d(x, w, Tensor(), dilated),
+             {-1.5, 8.0, 6.0, 4.0, -2.0, 1.5, -3.0, 4.0, 2.0, -1.0, -6.0, 1.0});
+  // An odd kernel pads symmetrically: the same as padding (k - 1) / 2.
+  const Tensor x2 = Constant({2, 3, 5, 6}, 1), w3 = Constant({4, 3, 3, 5}, 2);
+  ExpectNear(conv2d(x2, w3, Tensor(), same),
+             Values(conv2d(x2, w3, Tensor(), Options({1, 1}, {1, 2}, {1, 1}, 1))));
+  for (const S& kernel : {S{4, 3, 1, 1}, S{4, 3, 2, 3}, S{4, 3, 4, 2}}) {
+    EXPECT_EQ(ShapeOf(conv2d(x2, Constant(kernel, 3), Tensor(), same)), S({2, 4, 5, 6}));
+  }
+  EXPECT_EQ(ShapeOf(conv2d(Constant({3, 5, 6}, 4), Constant({2, 3, 2, 2}, 5), Tensor(), same)),
+            S({2, 5, 6}));
+
+  auto fn = [](const Conv2dOptions& o) -> TensorFn {
+    return [o](const TensorList& x) { return TensorList{conv2d(x[0], x[1], x[2], o)}; };
+  };
+  CheckGrads("conv2d same, even kernel", fn(same),
+             {Leaf({1, 2, 3, 4}, 6), Leaf({2, 2, 2, 3}, 7), Leaf({2}, 8)});
+  Conv2dOptions grouped = dilated;
+  grouped.groups = 2;
+  CheckGrads("conv2d same, dilated, grouped", fn(grouped),
+             {Leaf({2, 2, 4, 5}, 9), Leaf({2, 1, 2, 2}, 10), Leaf({2}, 11)});
+
+  Conv2dOptions strided = same;
+  strided.stride = {2, 1};
+  ExpectInvalid([&] { conv2d(x, w, Tensor(), strided); },
+                {"conv2d", "padding='same'", "strided", "[2, 1]"});
+  Conv2dOptions bad_dilation = same;
+  bad_dilation.dilation = {0, 1};
+  ExpectInvalid([&] { conv2d(x, w, Tensor(), bad_dilation); }, {"conv2d: dilation"});
+}
+
 TEST(Conv2dTest, Errors) {
   Tensor x = Constant({1, 2, 4, 4}, 1);
   Tensor w = Constant({4, 2, 3, 3}, 2);
@@ -568,6 +609,22 @@ TEST(NNRegistryTest, RunsOpsFromAttrs) {
   Attrs bad_pair;
   bad_pair.set("stride", std::vector<int64_t>{1, 1, 1});
   ExpectInvalid([&] { registry.Find("conv2d")->run({x, ones}, bad_pair); }, {"'stride'"});
+  Attrs same, valid, bogus;
+  same.set("padding", std::string("same"));
+  valid.set("padding", std::string("valid"));
+  bogus.set("padding", std::string("full"));
+  EXPECT_EQ(ShapeOf(registry.Find("conv2d")->run({x, ones}, same)[0]), S({1, 1, 3, 3}));
+  ExpectNear(registry.Find("conv2d")->run({x, ones}, valid)[0], {12, 16, 24, 28});
+  ExpectInvalid(
+      [&] {
+        registry.Find("conv2d")->run({x, ones}, bogus);
+      },
+      {"conv2d", "padding = 'full'", "'valid' or 'same'"});
+  Attrs mean;
+  ExpectNear(
+      registry.Find("cross_entropy")
+          ->run({F64({1, 2, 3, 1, 1, 1}, {2, 3}), I64({2, 0}, {2}), F64({1, 3, 2}, {3})}, mean)[0],
+      {(2 * 0.4076059644443806 + std::log(3.0)) / 3});
 }
 
 }  // namespace

@@ -57,7 +57,8 @@ def _layer_norm(x, weight=None, bias=None, normalized_shape=(), eps=1e-5):
 
 
 def _conv2d(x, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-    return F.conv2d(x, weight, bias, tuple(stride), tuple(padding), tuple(dilation), groups)
+    padding = padding if isinstance(padding, str) else tuple(padding)  # or "same", "valid"
+    return F.conv2d(x, weight, bias, tuple(stride), padding, tuple(dilation), groups)
 
 
 def _embedding(weight, indices, padding_idx=None):

@@ -435,6 +435,8 @@ class RandomGraph:
             attrs["stride"] = [int(self.rng.integers(1, 3)), int(self.rng.integers(1, 3))]
         if self.coin(0.5):
             attrs["padding"] = [int(self.rng.integers(0, 2)), int(self.rng.integers(0, 2))]
+        elif "stride" not in attrs and self.coin(0.4):  # "same" is for stride 1 only
+            attrs["padding"] = self.choice(["same", "valid"])
         if self.coin(0.3):
             attrs["dilation"] = [int(self.rng.integers(1, 3)), int(self.rng.integers(1, 3))]
         if groups > 1:
