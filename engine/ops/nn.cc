@@ -187,9 +187,11 @@ void CheckClassTarget(const char* op, const Tensor& input, const Tensor& target,
 }
 
 // Checks the optional class weights of `op` (undefined: every class weighs 1): a [C] tensor of
-// the input's dtype and device that does not require grad (PyTorch's losses are not
-// differentiable with respect to them, and refuse such a weight too).
-void CheckClassWeight(const char* op, const Tensor& input, const Tensor& class_weight) {
+// the input's dtype and device. With class-index targets it must not require grad: PyTorch's
+// losses are not differentiable with respect to it there, and refuse such a weight too (with
+// class probabilities, the loss is a product of differentiable ops, weight included).
+void CheckClassWeight(const char* op, const Tensor& input, const Tensor& class_weight,
+                      bool may_require_grad) {
   if (!class_weight.defined()) return;
   const int64_t classes = input.size(ClassDim(input));
   GS_CHECK_ARG(class_weight.shape() == Shape{classes}, op, ": weight has shape ",
@@ -197,7 +199,7 @@ void CheckClassWeight(const char* op, const Tensor& input, const Tensor& class_w
                ShapeToString(input.shape()), " has ", classes,
                " classes: weight must have one value per class, shape [", classes, "]");
   CheckSameDTypeAndDevice(op, "input", input, "weight", class_weight);
-  GS_CHECK_ARG(!class_weight.requires_grad(), op,
+  GS_CHECK_ARG(may_require_grad || !class_weight.requires_grad(), op,
                ": weight requires grad, but the loss is not differentiable with respect to its "
                "class weights (as in PyTorch); detach it or make it a leaf without "
                "requires_grad");
@@ -830,17 +832,75 @@ Tensor log_softmax(const Tensor& input, int64_t dim) {
 Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction,
                 int64_t ignore_index, const Tensor& weight) {
   CheckClassTarget("nll_loss", input, target, ignore_index);
-  CheckClassWeight("nll_loss", input, weight);
+  CheckClassWeight("nll_loss", input, weight, /*may_require_grad=*/false);
   double total = 0;
   return NllLossImpl(input, target, weight, reduction, ignore_index, &total);
 }
+
+namespace {
+
+// log_probs times the class weights (if defined), each class's weight broadcast over the
+// positions: weight is viewed as [C, 1, ...], aligned with the class dim.
+Tensor TimesClassWeight(const Tensor& log_probs, const Tensor& weight) {
+  if (!weight.defined()) return log_probs;
+  const int64_t class_dim = ClassDim(log_probs);
+  Shape along_classes(static_cast<size_t>(log_probs.dim() - class_dim), 1);
+  along_classes[0] = log_probs.size(class_dim);
+  return mul(log_probs, reshape(weight, along_classes));
+}
+
+// cross_entropy against class probabilities: target has the input's shape and a floating
+// dtype, and the loss per position is -sum over classes of weight * target * log p, as in
+// PyTorch; label smoothing mixes the uniform distribution into target, and "mean" divides by
+// the number of positions (NaN for none), whatever the weights. Composed of recorded ops, so
+// it is differentiable with respect to input, target and weight.
+Tensor CrossEntropyWithProbabilities(const Tensor& input, const Tensor& target, Reduction reduction,
+                                     int64_t ignore_index, double label_smoothing,
+                                     const Tensor& weight) {
+  RequireFloating("cross_entropy", "input", input);
+  GS_CHECK_ARG(input.dim() >= 1, "cross_entropy: input must have a class dimension, got shape []");
+  GS_CHECK_ARG(target.shape() == input.shape(),
+               "cross_entropy: a floating target holds class "
+               "probabilities and must have the input's shape ",
+               ShapeToString(input.shape()), ", got ", ShapeToString(target.shape()),
+               "; class indices are an int64 target without the class dimension");
+  GS_CHECK_ARG(target.device() == input.device(), "cross_entropy: target is on ",
+               DeviceName(target.device()), " but input is on ", DeviceName(input.device()));
+  GS_CHECK_ARG(ignore_index < 0, "cross_entropy: ignore_index = ", ignore_index,
+               " is not supported for a floating target (class probabilities), as in PyTorch");
+  CheckClassWeight("cross_entropy", input, weight, /*may_require_grad=*/true);
+  const int64_t class_dim = ClassDim(input);
+  const int64_t classes = input.size(class_dim);
+  Tensor probs = target;
+  if (label_smoothing > 0) {
+    probs = add(mul(target, 1 - label_smoothing), label_smoothing / static_cast<double>(classes));
+  }
+  const Tensor terms = mul(TimesClassWeight(log_softmax(input, class_dim), weight), probs);
+  const int64_t dims[] = {class_dim};
+  switch (reduction) {
+    case Reduction::kNone:
+      return neg(sum(terms, dims));
+    case Reduction::kSum:
+      return neg(sum(terms));
+    case Reduction::kMean:
+      return mul(neg(sum(terms)),
+                 static_cast<double>(classes) / static_cast<double>(input.numel()));
+  }
+  return terms;
+}
+
+}  // namespace
 
 Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduction,
                      int64_t ignore_index, double label_smoothing, const Tensor& weight) {
   GS_CHECK_ARG(label_smoothing >= 0 && label_smoothing <= 1,
                "cross_entropy: label_smoothing = ", label_smoothing, " must be in [0, 1]");
+  if (IsFloating(target.dtype())) {
+    return CrossEntropyWithProbabilities(input, target, reduction, ignore_index, label_smoothing,
+                                         weight);
+  }
   CheckClassTarget("cross_entropy", input, target, ignore_index);
-  CheckClassWeight("cross_entropy", input, weight);
+  CheckClassWeight("cross_entropy", input, weight, /*may_require_grad=*/false);
   const int64_t class_dim = ClassDim(input);
   const Tensor log_probs = log_softmax(input, class_dim);
   double total = 0;
@@ -850,12 +910,7 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduct
   // times its weight), 0 where ignored; "mean" divides it by the same total as the loss.
   const NllWeights kept =
       MakeNllWeights(target, Tensor(), input.dtype(), Reduction::kSum, ignore_index);
-  Tensor weighted = log_probs;
-  if (weight.defined()) {
-    Shape along_classes(static_cast<size_t>(input.dim() - class_dim), 1);
-    along_classes[0] = input.size(class_dim);  // [C, 1, ...]: broadcasts over the class dim
-    weighted = mul(log_probs, reshape(weight, along_classes));
-  }
+  const Tensor weighted = TimesClassWeight(log_probs, weight);
   const int64_t dims[] = {class_dim};
   const double per_class = -1.0 / static_cast<double>(input.size(class_dim));
   const Tensor smooth = mul(mul(sum(weighted, dims), kept.weight), per_class);

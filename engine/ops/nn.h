@@ -49,10 +49,13 @@ Tensor log_softmax(const Tensor& input, int64_t dim);
 Tensor nll_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean,
                 int64_t ignore_index = -100, const Tensor& weight = Tensor());
 
-// torch.nn.functional.cross_entropy with class-index targets: nll_loss(log_softmax(input, 1))
-// (dim 0 for a [C] input) with the same class weights, plus PyTorch's label_smoothing in
-// [0, 1], which mixes in the mean over the classes of -log_softmax (each class's term times
-// its weight). Probability targets are not supported.
+// torch.nn.functional.cross_entropy. With class-index targets (int64): nll_loss(log_softmax(
+// input, 1)) (dim 0 for a [C] input) with the same class weights, plus PyTorch's
+// label_smoothing in [0, 1], which mixes in the mean over the classes of -log_softmax (each
+// class's term times its weight). With class probabilities (a floating target of the input's
+// shape): -sum over classes of weight * target * log_softmax(input), the target smoothed the
+// same way, "mean" dividing by the number of positions; ignore_index must be left negative,
+// and the loss is differentiable with respect to the target and the weight too, as PyTorch's.
 Tensor cross_entropy(const Tensor& input, const Tensor& target,
                      Reduction reduction = Reduction::kMean, int64_t ignore_index = -100,
                      double label_smoothing = 0.0, const Tensor& weight = Tensor());

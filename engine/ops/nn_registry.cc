@@ -77,8 +77,8 @@ void RegisterNNOps(OpRegistry& registry) {
                                  "a target value that contributes nothing; default -100"};
   registry.Add(Schema(
       "cross_entropy",
-      "Cross entropy of logits [N, C, ...] against int64 class indices; optional class weights "
-      "[C]",
+      "Cross entropy of logits [N, C, ...] against int64 class indices or floating class "
+      "probabilities of the input's shape; optional class weights [C]",
       {"input", "target", "weight"},
       {kReduction,
        ignore_index,

@@ -166,6 +166,9 @@ TEST_P(GpuNn, Losses) {
     Near(nll_loss(x, t, red, -100, w), nll_loss(G(x), G(t), red, -100, G(w)), "weighted nll_loss");
     Near(cross_entropy(x, t, red, -100, 0.1, w), cross_entropy(G(x), G(t), red, -100, 0.1, G(w)),
          "weighted, smoothed ce");
+    Tensor probs = softmax(Rand({5, 4, 3}, dt, 39), 1);  // class probabilities
+    Near(cross_entropy(x, probs, red, -100, 0.1, w),
+         cross_entropy(G(x), G(probs), red, -100, 0.1, G(w)), "ce with probabilities");
     Tensor a = Rand({7, 9}, dt, 32), b = Rand({7, 9}, dt, 33);
     Near(mse_loss(a, b, red), mse_loss(G(a), G(b), red), "mse_loss");
   }

@@ -263,6 +263,41 @@ TEST(CrossEntropyTest, ClassWeights) {
                 {"cross_entropy", "weight requires grad", "not differentiable"});
 }
 
+// Class probabilities as the target, with values from PyTorch 1.13.
+TEST(CrossEntropyTest, ClassProbabilities) {
+  const Tensor logits = F64({1, 2, 3, 1, 1, 1}, {2, 3});
+  const Tensor probs = F64({0.2, 0.3, 0.5, 1, 0, 0}, {2, 3});
+  const Tensor w = F64({0.5, 2, 1.5}, {3});
+  ExpectNear(cross_entropy(logits, probs), {1.1031091265562452});
+  ExpectNear(cross_entropy(logits, probs, Reduction::kNone),
+             {1.1076059644443805, 1.0986122886681098});
+  ExpectNear(cross_entropy(logits, probs, Reduction::kSum), {2.2062182531124903});
+  ExpectNear(cross_entropy(logits, probs, Reduction::kMean, -100, 0.3, w), {1.1303608280949402});
+  ExpectNear(cross_entropy(logits, probs, Reduction::kNone, -100, 0, w),
+             {1.3910286484443515, 0.5493061443340549});
+  ExpectNear(cross_entropy(F64({1, 2, 3}, {3}), F64({0.2, 0.3, 0.5}, {3})), {1.1076059644443805});
+  EXPECT_TRUE(std::isnan(Values(cross_entropy(F64({}, {0, 3}), F64({}, {0, 3})))[0]));
+
+  // Differentiable with respect to the input, the target and the weight.
+  for (Reduction r : {Reduction::kMean, Reduction::kSum, Reduction::kNone}) {
+    CheckGrads("cross_entropy with probabilities",
+               [r](const TensorList& x) {
+                 return TensorList{cross_entropy(x[0], x[1], r, -100, 0.2, x[2])};
+               },
+               {Leaf({2, 3, 2}, 30), Leaf({2, 3, 2}, 31), Leaf({3}, 32)});
+  }
+
+  ExpectInvalid(
+      [&] {
+        cross_entropy(logits, F64({0.5, 0.5}, {1, 2}));
+      },
+      {"cross_entropy", "floating target", "input's shape [2, 3]", "got [1, 2]"});
+  ExpectInvalid([&] { cross_entropy(logits, probs, Reduction::kMean, 1); },
+                {"cross_entropy", "ignore_index = 1", "not supported"});
+  ExpectInvalid([&] { cross_entropy(logits, probs, Reduction::kMean, -100, 0, F64({1}, {1})); },
+                {"cross_entropy", "weight has shape [1]"});
+}
+
 TEST(CrossEntropyTest, Errors) {
   Tensor logits = F64({1, 2, 3, 1, 1, 1}, {2, 3});
   ExpectInvalid(
@@ -271,7 +306,12 @@ TEST(CrossEntropyTest, Errors) {
       },
       {"cross_entropy", "target[1] = 3", "3 classes", "[2, 3]"});
   ExpectInvalid([&] { cross_entropy(logits, I64({-1, 0}, {2})); }, {"target[0] = -1"});
-  ExpectInvalid([&] { cross_entropy(logits, F64({2, 0}, {2})); }, {"target must be int64"});
+  ExpectInvalid(
+      [&] {
+        cross_entropy(logits, F64({2, 0}, {2}));
+      },
+      {"floating target", "class probabilities", "int64 target"});
+  ExpectInvalid([&] { nll_loss(logits, F64({2, 0}, {2})); }, {"target must be int64"});
   ExpectInvalid([&] { cross_entropy(logits, I64({2}, {1})); },
                 {"target has shape [1]", "needs target shape [2]"});
   ExpectInvalid([&] { cross_entropy(Tensor::Scalar(1, DType::kFloat64), I64({0}, {})); },

@@ -404,11 +404,19 @@ class RandomGraph:
                 attrs.pop("ignore_index")
         if self.coin(0.6):
             attrs["reduction"] = self.choice(["none", "mean", "sum"])
-        inputs = [self.g.leaf(target)]
+        probabilities = self.coin(0.2)
+        if probabilities:  # a target of the input's shape, maybe a leaf that requires grad
+            probs = self.rng.uniform(0.05, 1, size=s)
+            probs /= probs.sum(axis=0 if len(s) == 1 else 1, keepdims=True)
+            inputs = [self.g.leaf(probs.astype(self.dtype), requires_grad=self.coin(0.5))]
+            attrs.pop("ignore_index", None)
+        else:
+            inputs = [self.g.leaf(target)]
         if self.coin(0.3):  # class weights, away from 0 so that "mean" divides by no near-0 sum
             weight = self.rng.uniform(0.25, 2, size=(classes,)).astype(self.dtype)
             inputs.append(self.g.leaf(weight))
-        if self.coin(0.25):  # nll_loss on log-probabilities; PyTorch's cross_entropy, in two ops
+        if not probabilities and self.coin(0.25):  # nll_loss on log-probabilities: PyTorch's
+            # cross_entropy in two ops
             y = self.try_op("log_softmax", [x], dim=0 if len(s) == 1 else 1)
             return y and self.try_op("nll_loss", [y] + inputs, **attrs)
         if self.coin(0.3):
