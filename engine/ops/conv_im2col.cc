@@ -17,11 +17,20 @@ std::string PairString(const std::array<int64_t, 2>& p) {
   return absl::StrCat("(", p[0], ", ", p[1], ")");
 }
 
-// The output size along one spatial dim, or -1 if the dilated kernel does not fit.
+// The output size along one spatial dim, or -1 if the dilated kernel does not fit. Padding and
+// dilation come from clients, so the padded input's and the dilated kernel's sizes are
+// computed with overflow checks: a size past int64 is INVALID_ARGUMENT.
 int64_t OutputSize(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int64_t dilation) {
-  const int64_t span = dilation * (kernel - 1) + 1;
-  if (in + 2 * pad < span) return -1;
-  return (in + 2 * pad - span) / stride + 1;
+  int64_t span = 0, padded = 0;
+  GS_CHECK_ARG(!__builtin_mul_overflow(dilation, kernel - 1, &span) &&
+                   !__builtin_add_overflow(span, 1, &span) &&
+                   !__builtin_mul_overflow(pad, 2, &padded) &&
+                   !__builtin_add_overflow(padded, in, &padded),
+               "conv2d: padding ", pad, " or dilation ", dilation,
+               " is too large: the padded input (", in, " + 2 * ", pad, ") or the dilated kernel (",
+               dilation, " * (", kernel, " - 1) + 1) does not fit in int64");
+  if (padded < span) return -1;
+  return (padded - span) / stride + 1;
 }
 
 // Runs fn(cols_row, image_row_or_null, ow_begin, ow_end, w_start) for every (row of cols, output

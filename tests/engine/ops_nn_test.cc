@@ -588,6 +588,10 @@ TEST(Conv2dTest, SamePadding) {
   Conv2dOptions bad_dilation = same;
   bad_dilation.dilation = {0, 1};
   ExpectInvalid([&] { conv2d(x, w, Tensor(), bad_dilation); }, {"conv2d: dilation"});
+  // Sizes past int64 are refused, not wrapped: here the padding "same" computes.
+  Conv2dOptions huge = same;
+  huge.dilation = {1, INT64_MAX};
+  ExpectInvalid([&] { conv2d(x, w, Tensor(), huge); }, {"conv2d", "too large", "int64"});
 }
 
 TEST(Conv2dTest, Errors) {
@@ -609,6 +613,17 @@ TEST(Conv2dTest, Errors) {
         conv2d(x, w, Tensor(), Options({1, 1}, {0, 0}, {3, 1}, 1));
       },
       {"smaller than the kernel"});
+  // Sizes past int64 are refused, not wrapped (the attributes come from clients).
+  ExpectInvalid(
+      [&] {
+        conv2d(x, w, Tensor(), Options({1, 1}, {int64_t{1} << 62, 0}, {1, 1}, 1));
+      },
+      {"conv2d: padding 4611686018427387904", "too large", "int64"});
+  ExpectInvalid(
+      [&] {
+        conv2d(x, w, Tensor(), Options({1, 1}, {0, 0}, {1, int64_t{1} << 62}, 1));
+      },
+      {"conv2d: padding 0 or dilation 4611686018427387904", "too large"});
   ExpectInvalid(
       [&] {
         conv2d(x, Constant({3, 1, 3, 3}, 5), Tensor(), Options({1, 1}, {0, 0}, {1, 1}, 2));
