@@ -167,10 +167,10 @@ void Times(const std::string& scenario, int repeats, int warmup, int threads) {
   std::sort(sorted.begin(), sorted.end());
   std::printf(
       "{\"impl\": \"gradserve\", \"scenario\": \"%s\", \"device\": \"%s\", "
-      "\"threads\": %d, \"median_ms\": %.4f, \"page_faults_per_pass\": %lld, "
+      "\"threads\": %d, \"malloc\": \"%s\", \"median_ms\": %.4f, \"page_faults_per_pass\": %lld, "
       "\"times_ms\": [%s]}\n",
-      scenario.c_str(), DeviceName(bench_device).c_str(), threads, sorted[sorted.size() / 2],
-      static_cast<long long>(faults / repeats),
+      scenario.c_str(), DeviceName(bench_device).c_str(), threads, kProcessMallocName,
+      sorted[sorted.size() / 2], static_cast<long long>(faults / repeats),
       absl::StrJoin(ms, ", ", [](std::string* out, double v) {
         absl::StrAppendFormat(out, "%.4f", v);
       }).c_str());
@@ -202,7 +202,7 @@ void Memory(const std::string& scenario, int threads) {
 }
 
 int Main() {
-  TuneHostMalloc();  // as the server does (Note [Malloc tuning])
+  TuneProcessMalloc();  // as the server does (Note [The server's malloc])
   const int threads = absl::GetFlag(FLAGS_threads);
   openblas_set_num_threads(threads);
   absl::StatusOr<Device> device = ParseDevice(absl::GetFlag(FLAGS_device));

@@ -3,10 +3,6 @@
 #include <pthread.h>
 #include <signal.h>
 
-#if GRADSERVE_USE_MIMALLOC
-#include <mimalloc.h>
-#endif
-
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -29,39 +25,8 @@
 
 namespace {
 const gradserve::server::ServerOptions kDefaults;
-
-// Note [The server's malloc]: which malloc this build uses, for the start-up line, and what
-// mimalloc keeps for reuse when it is the one.
-constexpr const char* kMallocName = GRADSERVE_USE_MIMALLOC ? "mimalloc" : "glibc";
-constexpr long kFreedMemoryHoldMs = 2000;
-void TuneServerMalloc() {
-  gradserve::TuneHostMalloc();  // Note [Malloc tuning]
-#if GRADSERVE_USE_MIMALLOC
-  // Defaults only: the MIMALLOC_* environment variables win.
-  mi_option_set_default(mi_option_decommit_delay, kFreedMemoryHoldMs);
-  mi_option_set_default(mi_option_segment_decommit_delay, kFreedMemoryHoldMs);
-#endif
-}
 }  // namespace
 
-// Note [The server's malloc]
-// A small request makes a couple of hundred small allocations (tensors, Nodes, edges, the
-// parsed message's strings) and frees them all when it ends. glibc's per-thread cache holds 7
-// blocks per size, so most of them went through its slower bins: about 60k of the 265k
-// instructions grad_tiny cost the server (callgrind, docs/benchmarks.md). gradserve-server is
-// therefore linked with mimalloc where the build finds it (CMake GRADSERVE_MALLOC, default
-// AUTO: Debian's libmimalloc-dev, not under sanitizers), which replaces malloc for the whole
-// process, gRPC and protobuf included: about 47k instructions fewer per grad_tiny call. The
-// start-up line names the malloc in use.
-//
-// TuneHostMalloc's settings (Note [Malloc tuning]) are glibc's and do nothing under mimalloc.
-// Its counterpart is mimalloc's decommit delay: how long freed memory stays committed before
-// it goes back to the kernel. With the default (25 ms) a 64 MiB streamed call faulted its
-// buffers in afresh each time and moved half the bytes per second it moves under glibc; held
-// for kFreedMemoryHoldMs it matches glibc. An idle server still returns that memory, after the
-// delay. MIMALLOC_DECOMMIT_DELAY and MIMALLOC_SEGMENT_DECOMMIT_DELAY in the environment
-// override it. Big tensors have their own cache either way (Note [Big host blocks]).
-//
 // Note [Mutex deadlock detection]
 // Debian's Abseil is built without NDEBUG, so every absl::Mutex (gRPC's locks are) runs a
 // global deadlock detector on each lock and unlock: about a fifth of a ping's instructions on
@@ -182,7 +147,7 @@ int Main() {
   }
   std::string host = options.listen_address.substr(0, options.listen_address.rfind(':'));
   LogLine(absl::StrCat("listening on ", host, ":", (*server)->port(), " (version ", ServerVersion(),
-                       ", malloc ", kMallocName, ")"));
+                       ", malloc ", gradserve::kProcessMallocName, ")"));
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
@@ -200,7 +165,7 @@ int Main() {
 }  // namespace gradserve::server
 
 int main(int argc, char** argv) {
-  TuneServerMalloc();  // Note [The server's malloc]
+  gradserve::TuneProcessMalloc();  // Note [The server's malloc]
 #ifdef NDEBUG
   absl::SetMutexDeadlockDetectionMode(
       absl::OnDeadlockCycle::kIgnore);  // Note [Mutex deadlock detection]

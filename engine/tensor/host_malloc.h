@@ -1,10 +1,20 @@
-// How a gradserve process tunes glibc's malloc for its host memory. Header-only, so that the
-// client tool, which does not link the engine, shares it.
+// How a gradserve process sets up malloc for its host memory: glibc's tuning (every process),
+// and the malloc that gradserve-server and the engine benchmark link (Note [The server's
+// malloc]). Header-only, so that the client tool, which does not link the engine, shares it.
+// An executable that links mimalloc says so with GRADSERVE_USE_MIMALLOC=1 (CMake's
+// gradserve_process_malloc).
 
 #ifndef GRADSERVE_ENGINE_TENSOR_HOST_MALLOC_H_
 #define GRADSERVE_ENGINE_TENSOR_HOST_MALLOC_H_
 
 #include <malloc.h>
+
+#if defined(GRADSERVE_USE_MIMALLOC) && GRADSERVE_USE_MIMALLOC
+#include <mimalloc.h>
+#define GRADSERVE_PROCESS_MIMALLOC 1
+#else
+#define GRADSERVE_PROCESS_MIMALLOC 0
+#endif
 
 namespace gradserve {
 
@@ -30,6 +40,37 @@ inline void TuneHostMalloc() {
   // Advice only: a libc without these options keeps its defaults.
   mallopt(M_MMAP_THRESHOLD, kMallocMmapThreshold);
   mallopt(M_TRIM_THRESHOLD, kMallocTrimThreshold);
+}
+
+// Note [The server's malloc]
+// A small request makes a couple of hundred small allocations (tensors, Nodes, edges, the
+// parsed message's strings) and frees them all when it ends. glibc's per-thread cache holds 7
+// blocks per size, so most of them went through its slower bins: about 60k of the 265k
+// instructions grad_tiny cost the server (callgrind, docs/benchmarks.md). gradserve-server is
+// therefore linked with mimalloc where the build finds it (CMake GRADSERVE_MALLOC, default
+// AUTO: Debian's libmimalloc-dev, not under sanitizers), which replaces malloc for the whole
+// process, gRPC and protobuf included: about 47k instructions fewer per grad_tiny call. The
+// start-up line names the malloc in use. The engine benchmark (bench/engine_bench) links the
+// same malloc and tunes it the same way, so that it times the engine as the server runs it.
+//
+// TuneHostMalloc's settings (Note [Malloc tuning]) are glibc's and do nothing under mimalloc.
+// Its counterpart is mimalloc's decommit delay: how long freed memory stays committed before
+// it goes back to the kernel. With the default (25 ms) a 64 MiB streamed call faulted its
+// buffers in afresh each time and moved half the bytes per second it moves under glibc; held
+// for kFreedMemoryHoldMs it matches glibc. An idle server still returns that memory, after the
+// delay. MIMALLOC_DECOMMIT_DELAY and MIMALLOC_SEGMENT_DECOMMIT_DELAY in the environment
+// override it. Big tensors have their own cache either way (Note [Big host blocks]).
+inline constexpr const char* kProcessMallocName = GRADSERVE_PROCESS_MIMALLOC ? "mimalloc" : "glibc";
+inline constexpr long kFreedMemoryHoldMs = 2000;
+// Sets up this process's malloc (Note [The server's malloc]); call once at the start of main,
+// before any threads.
+inline void TuneProcessMalloc() {
+  TuneHostMalloc();  // Note [Malloc tuning]
+#if GRADSERVE_PROCESS_MIMALLOC
+  // Defaults only: the MIMALLOC_* environment variables win.
+  mi_option_set_default(mi_option_decommit_delay, kFreedMemoryHoldMs);
+  mi_option_set_default(mi_option_segment_decommit_delay, kFreedMemoryHoldMs);
+#endif
 }
 
 }  // namespace gradserve
