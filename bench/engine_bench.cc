@@ -35,6 +35,7 @@
 #include "engine/tensor/host_malloc.h"
 #include "engine/tensor/memory_budget.h"
 #include "engine/tensor/tensor.h"
+#include "engine/util/process_start.h"
 
 ABSL_FLAG(std::string, scenario, "all",
           "Comma-separated: chain_10k, fanin_2k, mlp, mlp_big (batch 4096, width 4096, depth 4: "
@@ -202,7 +203,7 @@ void Memory(const std::string& scenario, int threads) {
 }
 
 int Main() {
-  TuneProcessMalloc();  // as the server does (Note [The server's malloc])
+  StartProcess();  // as the server does (Note [The server's malloc])
   const int threads = absl::GetFlag(FLAGS_threads);
   openblas_set_num_threads(threads);
   absl::StatusOr<Device> device = ParseDevice(absl::GetFlag(FLAGS_device));

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "engine/device/device_registry.h"
 #include "engine/tensor/host_malloc.h"
+#include "engine/util/process_start.h"
 #include "server/devices_flag.h"
 #include "server/grad_server.h"
 #include "server/log.h"
@@ -26,11 +27,6 @@
 namespace {
 const gradserve::server::ServerOptions kDefaults;
 }  // namespace
-
-// Note [Mutex deadlock detection]
-// Debian's Abseil is built without NDEBUG, so every absl::Mutex (gRPC's locks are) runs a
-// global deadlock detector on each lock and unlock: about a fifth of a ping's instructions on
-// the server. A release build of the server turns it off; a debug build keeps it.
 
 ABSL_FLAG(std::string, listen, kDefaults.listen_address,
           "Address to listen on, host:port. Port 0 picks a free port (logged at start).");
@@ -165,11 +161,7 @@ int Main() {
 }  // namespace gradserve::server
 
 int main(int argc, char** argv) {
-  gradserve::TuneProcessMalloc();  // Note [The server's malloc]
-#ifdef NDEBUG
-  absl::SetMutexDeadlockDetectionMode(
-      absl::OnDeadlockCycle::kIgnore);  // Note [Mutex deadlock detection]
-#endif
+  gradserve::StartProcess();  // Note [The server's malloc], Note [Mutex deadlock detection]
   absl::SetProgramUsageMessage(
       "Computes gradients for gRPC clients (service gradserve.v1.GradService, plus "
       "grpc.health.v1 and server reflection).\n"

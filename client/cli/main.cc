@@ -9,7 +9,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "client/cli/command.h"
-#include "engine/tensor/host_malloc.h"
+#include "engine/util/process_start.h"
 
 namespace gradserve::cli {
 
@@ -80,6 +80,6 @@ int Run(int argc, char** argv) {
 }  // namespace gradserve::cli
 
 int main(int argc, char** argv) {
-  gradserve::TuneHostMalloc();  // Note [Malloc tuning]
+  gradserve::StartProcess();  // Note [Malloc tuning], Note [Mutex deadlock detection]
   return gradserve::cli::Run(argc, argv);
 }
