@@ -13,7 +13,6 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/device/device_registry.h"
 #include "engine/tensor/host_malloc.h"

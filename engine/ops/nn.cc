@@ -170,11 +170,16 @@ Tensor HostIndices(const Tensor& indices) {
 // The class dim of a loss input: 1, or 0 for an unbatched [C] input.
 int64_t ClassDim(const Tensor& input) { return input.dim() >= 2 ? 1 : 0; }
 
+// Checks a loss's input (log-probabilities or logits) for `op`: floating, with a class dim.
+void CheckClassInput(const char* op, const Tensor& input) {
+  RequireFloating(op, "input", input);
+  GS_CHECK_ARG(input.dim() >= 1, op, ": input must have a class dimension, got shape []");
+}
+
 // Checks input (log-probabilities or logits) and class-index target for `op`.
 void CheckClassTarget(const char* op, const Tensor& input, const Tensor& target,
                       int64_t ignore_index) {
-  RequireFloating(op, "input", input);
-  GS_CHECK_ARG(input.dim() >= 1, op, ": input must have a class dimension, got shape []");
+  CheckClassInput(op, input);
   CheckDTypeArg(op, "target", target, DType::kInt64);
   const int64_t class_dim = ClassDim(input);
   const Shape want = ShapeWithout(input.shape(), class_dim);
@@ -857,8 +862,7 @@ Tensor TimesClassWeight(const Tensor& log_probs, const Tensor& weight) {
 Tensor CrossEntropyWithProbabilities(const Tensor& input, const Tensor& target, Reduction reduction,
                                      int64_t ignore_index, double label_smoothing,
                                      const Tensor& weight) {
-  RequireFloating("cross_entropy", "input", input);
-  GS_CHECK_ARG(input.dim() >= 1, "cross_entropy: input must have a class dimension, got shape []");
+  CheckClassInput("cross_entropy", input);
   GS_CHECK_ARG(target.shape() == input.shape(),
                "cross_entropy: a floating target holds class "
                "probabilities and must have the input's shape ",
@@ -877,16 +881,8 @@ Tensor CrossEntropyWithProbabilities(const Tensor& input, const Tensor& target, 
   }
   const Tensor terms = mul(TimesClassWeight(log_softmax(input, class_dim), weight), probs);
   const int64_t dims[] = {class_dim};
-  switch (reduction) {
-    case Reduction::kNone:
-      return neg(sum(terms, dims));
-    case Reduction::kSum:
-      return neg(sum(terms));
-    case Reduction::kMean:
-      return mul(neg(sum(terms)),
-                 static_cast<double>(classes) / static_cast<double>(input.numel()));
-  }
-  return terms;
+  const Tensor per_position = neg(sum(terms, dims));
+  return ReduceLoss(per_position, reduction, static_cast<double>(per_position.numel()));
 }
 
 }  // namespace
