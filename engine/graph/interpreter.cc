@@ -2,6 +2,7 @@
 
 #include "engine/graph/interpreter.h"
 
+#include <algorithm>
 #include <new>
 #include <string>
 #include <utility>
@@ -25,19 +26,32 @@
 namespace gradserve::graph {
 namespace {
 
-using Env = absl::flat_hash_map<std::string, Tensor>;
+// A graph's values by slot (Note [Value slots]).
+using Env = std::vector<Tensor>;
+
+// Walks the slots of what a graph's ops read, in op order (Note [Value slots]).
+class Reads {
+ public:
+  explicit Reads(const ValueSlots& slots) : next_(slots.reads.data()) {}
+  int64_t Next() { return *next_++; }
+
+ private:
+  const int64_t* next_;
+};
 
 // What every run of a recorded graph's ops shares: the limits, the cancellation token and the
 // checkpoint bodies' leaves. Built once by Record, immutable afterwards, and shared (through
 // the checkpoint Nodes' bodies) by every recomputation, on whatever thread it runs.
 struct Program {
   struct Body {
-    TensorList leaves;  // in the body's order
-    TensorList params;  // Note [Checkpoint]: leaves requiring grad, nested bodies' included
+    const ValueSlots* slots;  // owned by `slots` below
+    TensorList leaves;        // in the body's order
+    TensorList params;        // Note [Checkpoint]: leaves requiring grad, nested bodies' included
   };
 
   Limits limits;
   std::shared_ptr<autograd::CancellationToken> cancel;
+  std::shared_ptr<const ValueSlots> slots;  // the top level's, holding every body's
   // Keyed by the body's address; the checkpoint Nodes hold the bodies alive.
   absl::flat_hash_map<const Graph*, Body> bodies;
 };
@@ -66,12 +80,15 @@ Tensor MakeLeafValue(const Leaf& leaf) {
   return value;
 }
 
-// Makes the leaves of every body reachable from graph's ops, nested bodies first.
-void PrepareBodies(const Graph& graph, Program& program) {
+// Makes the leaves of every body reachable from graph's ops, nested bodies first; slots are
+// graph's.
+void PrepareBodies(const Graph& graph, const ValueSlots& slots, Program& program) {
   for (const Op& op : graph.ops) {
     if (op.body == nullptr || program.bodies.contains(op.body.get())) continue;
-    PrepareBodies(*op.body, program);
+    const ValueSlots& body_slots = *slots.bodies.at(op.body.get());
+    PrepareBodies(*op.body, body_slots, program);
     Program::Body body;
+    body.slots = &body_slots;
     absl::flat_hash_set<const TensorImpl*> seen;
     auto add_param = [&](const Tensor& t) {
       if (seen.insert(t.impl()).second) body.params.push_back(t);
@@ -88,57 +105,65 @@ void PrepareBodies(const Graph& graph, Program& program) {
   }
 }
 
-// Runs a graph's ops in order; see RunOp for one op. scope names them
-// (Note [Naming ops in errors]). Throws StatusError naming the op.
-void RunOps(const std::shared_ptr<const Graph>& graph, const std::string& scope,
-            const std::shared_ptr<const Program>& program, Env& env);
+// Runs a graph's ops in order, reading and binding values in env, which holds the graph's
+// inputs and leaves; see RunOp for one op. scope names them (Note [Naming ops in errors]).
+// Returns how many Nodes the ops recorded (new grad_fns of the values they defined). Throws
+// StatusError naming the op.
+int64_t RunOps(const std::shared_ptr<const Graph>& graph, const ValueSlots& slots,
+               const std::string& scope, const std::shared_ptr<const Program>& program, Env& env);
 
 // Runs a checkpoint body on its inputs under the caller's grad mode: the CheckpointBody of the
 // checkpoint op.
 TensorList RunBody(const std::shared_ptr<const Graph>& body, const std::string& scope,
                    const std::shared_ptr<const Program>& program, const TensorList& inputs) {
-  Env env;
-  for (size_t i = 0; i < body->inputs.size(); ++i) env[body->inputs[i]] = inputs[i];
   const Program::Body& prepared = program->bodies.at(body.get());
-  for (size_t i = 0; i < body->leaves.size(); ++i) env[body->leaves[i].name] = prepared.leaves[i];
-  RunOps(body, scope, program, env);
+  Env env(static_cast<size_t>(prepared.slots->num_values));
+  // Slots: the formal inputs, then the leaves.
+  std::copy(inputs.begin(), inputs.end(), env.begin());
+  std::copy(prepared.leaves.begin(), prepared.leaves.end(), env.begin() + inputs.size());
+  RunOps(body, *prepared.slots, scope, program, env);
   TensorList outputs;
-  outputs.reserve(body->outputs.size());
-  for (const std::string& name : body->outputs) outputs.push_back(env.at(name));
+  outputs.reserve(prepared.slots->results.size());
+  for (int64_t slot : prepared.slots->results) outputs.push_back(env[slot]);
   return outputs;
 }
 
-// The value a name refers to, which must be defined: only an unreached gradient of a grad op
-// with allow_unused is not.
-const Tensor& Lookup(const Env& env, const std::string& name, const char* role) {
-  const Tensor& value = env.at(name);  // Validate checked that the name is defined
+// The value in slot, which must be defined: only an unreached gradient of a grad op with
+// allow_unused is not. role and name say what read it.
+const Tensor& Lookup(const Env& env, int64_t slot, const char* role, const std::string& name) {
+  const Tensor& value = env[static_cast<size_t>(slot)];
   GS_CHECK_ARG(value.defined(), role, " '", name,
                "' has no value: it is the gradient of a value its grad op's roots do not reach "
                "(allow_unused); use materialize_grads to get zeros");
   return value;
 }
 
-// Runs one op and binds its outputs in env; the Nodes it records get their labels from
-// labeler. A hook on a leaf keeps the leaf's AccumulateGrad alive in keep_alive, so that the
-// ops after it, which find it through the leaf, share it and its hook (the leaf holds it
-// weakly).
-void RunOp(const Op& op, int64_t index, const std::string& scope,
-           const std::shared_ptr<const Program>& program,
-           const std::shared_ptr<const OpLabeler>& labeler, Env& env,
-           std::vector<std::shared_ptr<autograd::Node>>& keep_alive) {
+// Runs one op, taking the slots of what it reads from reads, and binds its outputs in env from
+// slot first_output on; the Nodes it records get their labels from labeler. Returns how many
+// Nodes it labeled. A hook on a leaf keeps the leaf's AccumulateGrad alive in keep_alive, so
+// that the ops after it, which find it through the leaf, share it and its hook (the leaf holds
+// it weakly).
+int64_t RunOp(const Op& op, int64_t index, const std::string& scope,
+              const std::shared_ptr<const Program>& program,
+              const std::shared_ptr<const OpLabeler>& labeler, Reads& reads, int64_t first_output,
+              Env& env, std::vector<std::shared_ptr<autograd::Node>>& keep_alive) {
   TensorList inputs;
   inputs.reserve(op.inputs.size());
-  for (const std::string& name : op.inputs) inputs.push_back(Lookup(env, name, "input"));
+  for (const std::string& name : op.inputs) {
+    inputs.push_back(Lookup(env, reads.Next(), "input", name));
+  }
 
   autograd::GradModeGuard grad_mode(autograd::GradMode::is_enabled() && !op.no_grad);
   TensorList outputs;
   if (op.op == kGradOp) {
     TensorList wrt, seeds;
     for (const std::string& name : op.attrs.GetStrings("wrt")) {
-      wrt.push_back(Lookup(env, name, "wrt value"));
+      wrt.push_back(Lookup(env, reads.Next(), "wrt value", name));
     }
     for (const std::string& name : op.attrs.GetStrings("grad_outputs", {})) {
-      seeds.push_back(name.empty() ? Tensor() : Lookup(env, name, "grad_outputs value"));
+      const int64_t slot = reads.Next();
+      seeds.push_back(slot == ValueSlots::kNoSlot ? Tensor()
+                                                  : Lookup(env, slot, "grad_outputs value", name));
     }
     seeds.resize(inputs.size());
     outputs = RunGradOp(inputs, seeds, wrt, op.attrs, program->cancel);
@@ -164,6 +189,7 @@ void RunOp(const Op& op, int64_t index, const std::string& scope,
 
   GS_CHECK_INTERNAL(outputs.size() == op.outputs.size(), "op '", op.op, "' returned ",
                     outputs.size(), " outputs for ", op.outputs.size(), " names");
+  int64_t labeled = 0;
   for (size_t j = 0; j < outputs.size(); ++j) {
     Tensor& out = outputs[j];
     if (out.defined()) {
@@ -178,16 +204,21 @@ void RunOp(const Op& op, int64_t index, const std::string& scope,
       if (out.name().empty()) out.set_name(op.outputs[j]);
       if (const auto& fn = out.grad_fn(); fn != nullptr && !fn->has_label()) {
         fn->set_label(labeler, index);
+        ++labeled;
       }
     }
-    env[op.outputs[j]] = std::move(out);
+    env[static_cast<size_t>(first_output) + j] = std::move(out);
   }
+  return labeled;
 }
 
-void RunOps(const std::shared_ptr<const Graph>& graph, const std::string& scope,
-            const std::shared_ptr<const Program>& program, Env& env) {
+int64_t RunOps(const std::shared_ptr<const Graph>& graph, const ValueSlots& slots,
+               const std::string& scope, const std::shared_ptr<const Program>& program, Env& env) {
   std::vector<std::shared_ptr<autograd::Node>> keep_alive;
   const auto labeler = std::make_shared<const OpLabeler>(graph, scope);
+  Reads reads(slots);
+  int64_t next_slot = static_cast<int64_t>(graph->inputs.size() + graph->leaves.size());
+  int64_t nodes = 0;
   for (size_t i = 0; i < graph->ops.size(); ++i) {
     const Op& op = graph->ops[i];
     if (program->cancel != nullptr) {
@@ -203,7 +234,8 @@ void RunOps(const std::shared_ptr<const Graph>& graph, const std::string& scope,
       return absl::StartsWith(status.message(), context) ? status : WithContext(status, context);
     };
     try {
-      RunOp(op, static_cast<int64_t>(i), scope, program, labeler, env, keep_alive);
+      nodes += RunOp(op, static_cast<int64_t>(i), scope, program, labeler, reads, next_slot, env,
+                     keep_alive);
     } catch (const StatusError& e) {
       ThrowStatus(in_context(e.status()));
     } catch (const std::bad_alloc&) {
@@ -211,7 +243,9 @@ void RunOps(const std::shared_ptr<const Graph>& graph, const std::string& scope,
     } catch (const std::exception& e) {
       ThrowStatus(in_context(absl::InternalError(e.what())));
     }
+    next_slot += static_cast<int64_t>(op.outputs.size());
   }
+  return nodes;
 }
 
 // Runs fn, turning any exception into a status (Note [Errors inside the engine]).
@@ -255,8 +289,11 @@ class Interpreter {
       const std::shared_ptr<const Graph>& shared_graph, const Limits& limits,
       std::shared_ptr<autograd::CancellationToken> cancel) {
     const Graph& graph = *shared_graph;
-    if (absl::Status s = Validate(graph, limits); !s.ok()) return s;
+    absl::StatusOr<std::unique_ptr<const ValueSlots>> slots = Validate(graph, limits);
+    if (!slots.ok()) return slots.status();
     std::unique_ptr<RecordedGraph> recorded(new RecordedGraph);
+    recorded->graph_ = shared_graph;
+    recorded->slots_ = std::move(*slots);
     recorded->limits_ = limits;
     recorded->cancel_ = cancel;
     recorded->budget_ = std::make_shared<MemoryBudget>(limits.max_memory_bytes);
@@ -266,20 +303,18 @@ class Interpreter {
       auto program = std::make_shared<Program>();
       program->limits = limits;
       program->cancel = cancel;
-      PrepareBodies(graph, *program);
-      for (const Leaf& leaf : graph.leaves) {
-        recorded->values_[leaf.name] = MakeLeafValue(leaf);
-        recorded->leaf_names_.push_back(leaf.name);
+      program->slots = recorded->slots_;
+      PrepareBodies(graph, *recorded->slots_, *program);
+      // Slots: the leaves, then the ops' outputs (the top level has no formal inputs).
+      recorded->values_.resize(static_cast<size_t>(recorded->slots_->num_values));
+      for (size_t i = 0; i < graph.leaves.size(); ++i) {
+        recorded->values_[i] = MakeLeafValue(graph.leaves[i]);
       }
-      RunOps(shared_graph, "", program, recorded->values_);
+      recorded->num_nodes_ =
+          RunOps(shared_graph, *recorded->slots_, "", program, recorded->values_);
       return absl::OkStatus();
     });
     if (!status.ok()) return status;
-    absl::flat_hash_set<const autograd::Node*> nodes;
-    for (const auto& [name, value] : recorded->values_) {
-      if (value.defined() && value.grad_fn() != nullptr) nodes.insert(value.grad_fn().get());
-    }
-    recorded->num_nodes_ = static_cast<int64_t>(nodes.size());
     return recorded;
   }
 
@@ -297,11 +332,13 @@ class Interpreter {
  private:
   // A forward value named by a backward call; role says which part of the call names it.
   static Tensor CallValue(const RecordedGraph& graph, const std::string& name, const char* role) {
-    auto it = graph.values_.find(name);
-    GS_CHECK_ARG(it != graph.values_.end(), role, " '", name, "' is not a value of the graph");
-    GS_CHECK_ARG(it->second.defined(), role, " '", name,
+    auto it = graph.slots_->by_name.find(name);
+    GS_CHECK_ARG(it != graph.slots_->by_name.end(), role, " '", name,
+                 "' is not a value of the graph");
+    const Tensor& value = graph.values_[static_cast<size_t>(it->second)];
+    GS_CHECK_ARG(value.defined(), role, " '", name,
                  "' has no value (an unreached gradient of a grad op)");
-    return it->second;
+    return value;
   }
 
   static CallResult RunBackward(const RecordedGraph& graph, const BackwardCall& call) {
@@ -314,8 +351,9 @@ class Interpreter {
     CallResult result;
     result.names = call.inputs;
     if (result.names.empty()) {
-      for (const std::string& name : graph.leaf_names_) {
-        if (graph.values_.at(name).requires_grad()) result.names.push_back(name);
+      const std::vector<Leaf>& leaves = graph.graph_->leaves;
+      for (size_t i = 0; i < leaves.size(); ++i) {
+        if (graph.values_[i].requires_grad()) result.names.push_back(leaves[i].name);
       }
     }
     TensorList inputs;
@@ -366,11 +404,11 @@ absl::StatusOr<CallResult> RecordedGraph::Backward(const BackwardCall& call) {
 }
 
 absl::StatusOr<Tensor> RecordedGraph::Value(absl::string_view name) const {
-  auto it = values_.find(std::string(name));
-  if (it == values_.end()) {
+  auto it = slots_->by_name.find(name);
+  if (it == slots_->by_name.end()) {
     return absl::NotFoundError(absl::StrCat("no value is named '", std::string(name), "'"));
   }
-  return it->second;
+  return values_[static_cast<size_t>(it->second)];
 }
 
 }  // namespace gradserve::graph

@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "engine/autograd/cancellation.h"
 #include "engine/graph/graph.h"
+#include "engine/graph/value_slots.h"
 #include "engine/tensor/memory_budget.h"
 
 namespace gradserve::graph {
@@ -32,8 +33,10 @@ struct Limits {
 // Checks a graph without running it: names defined before use and unique, ops known, input
 // counts and attribute names per the op's schema, leaves' dtypes, shape products and element
 // counts within limits. Errors are INVALID_ARGUMENT (RESOURCE_EXHAUSTED for limits) naming the
-// op (its index and first output) and the value.
-absl::Status Validate(const Graph& graph, const Limits& limits);
+// op (its index and first output) and the value. Returns the graph's value slots (Note [Value
+// slots]), which view graph's names: graph must outlive them.
+absl::StatusOr<std::unique_ptr<const ValueSlots>> Validate(const Graph& graph,
+                                                           const Limits& limits);
 
 // A graph run forward in grad mode, holding its autograd graph.
 //
@@ -68,8 +71,11 @@ class RecordedGraph {
   RecordedGraph() = default;
   friend class Interpreter;
 
-  absl::flat_hash_map<std::string, Tensor> values_;
-  std::vector<std::string> leaf_names_;  // in order, for backward's default inputs
+  // The graph as validated, and its values by slot (Note [Value slots]); the top level has no
+  // formal inputs, so its leaves are the first slots.
+  std::shared_ptr<const Graph> graph_;
+  std::shared_ptr<const ValueSlots> slots_;
+  std::vector<Tensor> values_;
   std::shared_ptr<MemoryBudget> budget_;
   std::shared_ptr<autograd::CancellationToken> cancel_;
   Limits limits_;

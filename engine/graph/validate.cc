@@ -1,10 +1,11 @@
 // graph::Validate: every check on a Graph that needs no tensor computation (interpreter.h).
 
+#include <memory>
 #include <string>
 #include <variant>
 
 #include "absl/algorithm/container.h"
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -43,19 +44,16 @@ std::string NameList(const std::vector<std::string>& names, const char* none) {
   return names.empty() ? std::string(none) : absl::StrJoin(names, ", ");
 }
 
-// The names defined so far in one graph. The views point into the graph being checked, which
-// outlives its check; a set of copies cost a tenth of validating a small request.
-using Names = absl::flat_hash_set<absl::string_view>;
-
 class Validator {
  public:
   explicit Validator(const Limits& limits) : limits_(limits) {}
 
   // Checks one graph whose ops are named within `scope` (Note [Naming ops in errors]); depth
-  // is how many checkpoint bodies enclose it.
-  absl::Status CheckGraph(const Graph& graph, const std::string& scope, int64_t depth) {
+  // is how many checkpoint bodies enclose it. Fills slots, which must be empty, with the
+  // graph's slots.
+  absl::Status CheckGraph(const Graph& graph, const std::string& scope, int64_t depth,
+                          ValueSlots& slots) {
     const bool is_body = depth > 0;
-    Names defined;
     if (!is_body && !graph.inputs.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("the graph declares input '", graph.inputs[0],
@@ -63,13 +61,13 @@ class Validator {
     }
     for (size_t i = 0; i < graph.inputs.size(); ++i) {
       const std::string context = absl::StrCat(scope, "input #", i, " '", graph.inputs[i], "'");
-      if (absl::Status s = Define(graph.inputs[i], defined); !s.ok()) {
+      if (absl::Status s = Define(graph.inputs[i], slots); !s.ok()) {
         return WithContext(s, context);
       }
     }
     for (size_t i = 0; i < graph.leaves.size(); ++i) {
       const Leaf& leaf = graph.leaves[i];
-      if (absl::Status s = CheckLeaf(leaf, defined); !s.ok()) {
+      if (absl::Status s = CheckLeaf(leaf, slots); !s.ok()) {
         return WithContext(s, absl::StrCat(scope, "leaf #", i, " '", leaf.name, "'"));
       }
     }
@@ -80,7 +78,7 @@ class Validator {
             absl::StrCat(DescribeOp(scope, i, op), ": the graph has more than ", limits_.max_ops,
                          " ops (sub-graphs included), over the limit max_ops"));
       }
-      if (absl::Status s = CheckOp(op, depth, defined); !s.ok()) {
+      if (absl::Status s = CheckOp(op, depth, slots); !s.ok()) {
         return WithContext(s, DescribeOp(scope, i, op));
       }
       if (op.body != nullptr) {
@@ -89,42 +87,62 @@ class Validator {
               absl::StrCat(DescribeOp(scope, i, op), ": checkpoint bodies are nested more than ",
                            limits_.max_nesting, " deep, over the limit max_nesting"));
         }
+        auto body_slots = std::make_unique<ValueSlots>();
         // Errors from the body name their op by its full path.
-        if (absl::Status s = CheckGraph(*op.body, BodyScope(scope, i, op), depth + 1); !s.ok()) {
+        if (absl::Status s = CheckGraph(*op.body, BodyScope(scope, i, op), depth + 1, *body_slots);
+            !s.ok()) {
           return s;
         }
+        slots.bodies.emplace(op.body.get(), std::move(body_slots));
       }
       for (const std::string& output : op.outputs) {
-        if (absl::Status s = Define(output, defined); !s.ok()) {
+        if (absl::Status s = Define(output, slots); !s.ok()) {
           return WithContext(s, DescribeOp(scope, i, op));
         }
       }
     }
     for (const std::string& output : graph.outputs) {
-      if (!defined.contains(output)) {
+      auto it = slots.by_name.find(output);
+      if (it == slots.by_name.end()) {
         return absl::InvalidArgumentError(absl::StrCat(scope, is_body ? "body" : "graph",
                                                        " output '", output, "' is not defined"));
       }
+      slots.results.push_back(it->second);
     }
     return absl::OkStatus();
   }
 
  private:
-  static absl::Status Define(const std::string& name, Names& defined) {
+  // Gives name the next slot. by_name views the graph being checked, which outlives its check
+  // (a map of copies cost a tenth of validating a small request).
+  static absl::Status Define(const std::string& name, ValueSlots& slots) {
     if (name.empty()) return absl::InvalidArgumentError("a value needs a non-empty name");
-    if (!defined.insert(name).second) {
+    if (!slots.by_name.try_emplace(name, slots.num_values).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("the name '", name, "' is already defined (names must be unique)"));
     }
+    ++slots.num_values;
     return absl::OkStatus();
   }
 
-  absl::Status CheckLeaf(const Leaf& leaf, Names& defined) {
+  // Appends the slot of a value an op reads to slots.reads; role and "is not defined before
+  // use" make the error.
+  static absl::Status Read(const std::string& name, absl::string_view role, ValueSlots& slots) {
+    auto it = slots.by_name.find(name);
+    if (it == slots.by_name.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(role, "'", name, "' is not defined before use"));
+    }
+    slots.reads.push_back(it->second);
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckLeaf(const Leaf& leaf, ValueSlots& slots) {
     if (++num_leaves_ > limits_.max_leaves) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the graph has more than ", limits_.max_leaves, " leaves, over the limit max_leaves"));
     }
-    if (absl::Status s = Define(leaf.name, defined); !s.ok()) return s;
+    if (absl::Status s = Define(leaf.name, slots); !s.ok()) return s;
     if (!leaf.value.defined()) return absl::InvalidArgumentError("the leaf has no tensor");
     if (leaf.requires_grad && !IsFloating(leaf.value.dtype())) {
       return absl::InvalidArgumentError(
@@ -145,8 +163,9 @@ class Validator {
     return absl::OkStatus();
   }
 
-  // The checks of one op that need nothing but the op and the names defined before it.
-  absl::Status CheckOp(const Op& op, int64_t depth, const Names& defined) const {
+  // The checks of one op that need nothing but the op and the names defined before it; records
+  // what the op reads in slots.
+  absl::Status CheckOp(const Op& op, int64_t depth, ValueSlots& slots) const {
     const ops::OpSchema* schema = FindOpSchema(op.op);
     if (schema == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("unknown op '", op.op, "'"));
@@ -161,9 +180,9 @@ class Validator {
       return absl::InvalidArgumentError(is_checkpoint ? "checkpoint needs a body"
                                                       : "only checkpoint takes a body");
     }
-    if (absl::Status s = CheckInputs(op, *schema, defined); !s.ok()) return s;
+    if (absl::Status s = CheckInputs(op, *schema, slots); !s.ok()) return s;
     if (absl::Status s = CheckAttrs(op, *schema); !s.ok()) return s;
-    if (absl::Status s = CheckGraphLevelOp(op, defined); !s.ok()) return s;
+    if (absl::Status s = CheckGraphLevelOp(op, slots); !s.ok()) return s;
 
     size_t num_outputs = static_cast<size_t>(schema->num_outputs);
     if (op.op == kGradOp) num_outputs = op.attrs.GetStrings("wrt").size();
@@ -175,7 +194,7 @@ class Validator {
     return absl::OkStatus();
   }
 
-  static absl::Status CheckInputs(const Op& op, const ops::OpSchema& schema, const Names& defined) {
+  static absl::Status CheckInputs(const Op& op, const ops::OpSchema& schema, ValueSlots& slots) {
     const size_t n = op.inputs.size();
     if (op.op == kCheckpointOp) {
       if (n != op.body->inputs.size()) {
@@ -197,10 +216,7 @@ class Validator {
       }
     }
     for (const std::string& input : op.inputs) {
-      if (!defined.contains(input)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("input '", input, "' is not defined before use"));
-      }
+      if (absl::Status s = Read(input, "input ", slots); !s.ok()) return s;
     }
     return absl::OkStatus();
   }
@@ -268,8 +284,9 @@ class Validator {
     return absl::OkStatus();
   }
 
-  // The checks particular to grad and hook: values named in attributes, and hook parameters.
-  static absl::Status CheckGraphLevelOp(const Op& op, const Names& defined) {
+  // The checks particular to grad and hook: values named in attributes (their slots recorded),
+  // and hook parameters.
+  static absl::Status CheckGraphLevelOp(const Op& op, ValueSlots& slots) {
     if (op.op == kHookOp) {
       try {
         MakeGradientHook(op.attrs);
@@ -282,10 +299,7 @@ class Validator {
     const std::vector<std::string> wrt = op.attrs.GetStrings("wrt");
     if (wrt.empty()) return absl::InvalidArgumentError("attribute 'wrt' names no value");
     for (const std::string& name : wrt) {
-      if (!defined.contains(name)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("attribute 'wrt': value '", name, "' is not defined before use"));
-      }
+      if (absl::Status s = Read(name, "attribute 'wrt': value ", slots); !s.ok()) return s;
     }
     const std::vector<std::string> seeds = op.attrs.GetStrings("grad_outputs", {});
     if (!op.attrs.has("grad_outputs")) return absl::OkStatus();
@@ -295,9 +309,10 @@ class Validator {
                        op.inputs.size(), " root(s); give one per root ('' for ones)"));
     }
     for (const std::string& name : seeds) {
-      if (!name.empty() && !defined.contains(name)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("attribute 'grad_outputs': value '", name, "' is not defined before use"));
+      if (name.empty()) {
+        slots.reads.push_back(ValueSlots::kNoSlot);
+      } else if (absl::Status s = Read(name, "attribute 'grad_outputs': value ", slots); !s.ok()) {
+        return s;
       }
     }
     return absl::OkStatus();
@@ -311,8 +326,11 @@ class Validator {
 
 }  // namespace
 
-absl::Status Validate(const Graph& graph, const Limits& limits) {
-  return Validator(limits).CheckGraph(graph, "", 0);
+absl::StatusOr<std::unique_ptr<const ValueSlots>> Validate(const Graph& graph,
+                                                           const Limits& limits) {
+  auto slots = std::make_unique<ValueSlots>();
+  if (absl::Status s = Validator(limits).CheckGraph(graph, "", 0, *slots); !s.ok()) return s;
+  return slots;
 }
 
 }  // namespace gradserve::graph

@@ -318,11 +318,38 @@ TEST(InterpreterTest, EachBadGraphGetsItsOwnStatusAndMessage) {
 
 TEST(InterpreterTest, ValidateAloneRejectsWithoutRunning) {
   EXPECT_TRUE(Validate(GoodGraph(), {}).ok());
-  absl::Status s = Validate(Base().Op("frobnicate", {"x"}, {"y"}).Build(), {});
+  absl::Status s = Validate(Base().Op("frobnicate", {"x"}, {"y"}).Build(), {}).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   // Shape errors surface only when the op runs.
   EXPECT_TRUE(
       Validate(Base().Leaf("v", F64({1, 2})).Op("add", {"x", "v"}, {"s"}).Build(), {}).ok());
+}
+
+// Note [Value slots]: slots in definition order, reads in op order, a body's slots its own.
+TEST(InterpreterTest, ValidateGivesEachValueASlot) {
+  GraphBuilder body;
+  body.Inputs({"a", "b"}).Leaf("k", F64({2, 2, 2})).Op("mul", {"a", "k"}, {"m"});
+  body.Op("add", {"m", "b"}, {"r"}).Outputs({"r"});
+  GraphBuilder top = Base();
+  top.Op("mul", {"x", "c"}, {"h"});
+  top.Op("checkpoint", {"h", "x"}, {"y"}).last().body = body.BuildShared();
+  top.Op("sum", {"y"}, {"loss"});
+  top.Op("grad", {"loss"}, {"gx", "gh"},
+         ops::Attrs({{"wrt", std::vector<std::string>{"x", "h"}},
+                     {"grad_outputs", std::vector<std::string>{""}}}));
+  const Graph graph = top.Build();
+  absl::StatusOr<std::unique_ptr<const ValueSlots>> slots = Validate(graph, {});
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  // x c h y loss gx gh
+  EXPECT_EQ((*slots)->num_values, 7);
+  EXPECT_EQ((*slots)->reads, (std::vector<int64_t>{0, 1, 2, 0, 3, 4, 0, 2, ValueSlots::kNoSlot}));
+  EXPECT_EQ((*slots)->by_name.at("gh"), 6);
+  ASSERT_EQ((*slots)->bodies.size(), 1);
+  const ValueSlots& inner = *(*slots)->bodies.at(graph.ops[1].body.get());
+  // a b k m r
+  EXPECT_EQ(inner.num_values, 5);
+  EXPECT_EQ(inner.reads, (std::vector<int64_t>{0, 2, 3, 1}));
+  EXPECT_EQ(inner.results, (std::vector<int64_t>{4}));
 }
 
 TEST(InterpreterTest, RecordsNamedAndLabelledValues) {
