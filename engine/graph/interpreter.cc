@@ -138,12 +138,13 @@ const Tensor& Lookup(const Env& env, int64_t slot, const char* role, const std::
   return value;
 }
 
-// Runs one op, taking the slots of what it reads from reads, and binds its outputs in env from
-// slot first_output on; the Nodes it records get their labels from labeler. Returns how many
+// Runs one op, whose schema is schema, taking the slots of what it reads from reads, and binds
+// its outputs in env from slot first_output on; the Nodes it records get their labels from
+// labeler. Returns how many
 // Nodes it labeled. A hook on a leaf keeps the leaf's AccumulateGrad alive in keep_alive, so
 // that the ops after it, which find it through the leaf, share it and its hook (the leaf holds
 // it weakly).
-int64_t RunOp(const Op& op, int64_t index, const std::string& scope,
+int64_t RunOp(const Op& op, const ops::OpSchema& schema, int64_t index, const std::string& scope,
               const std::shared_ptr<const Program>& program,
               const std::shared_ptr<const OpLabeler>& labeler, Reads& reads, int64_t first_output,
               Env& env, std::vector<std::shared_ptr<autograd::Node>>& keep_alive) {
@@ -155,7 +156,9 @@ int64_t RunOp(const Op& op, int64_t index, const std::string& scope,
 
   autograd::GradModeGuard grad_mode(autograd::GradMode::is_enabled() && !op.no_grad);
   TensorList outputs;
-  if (op.op == kGradOp) {
+  if (schema.run) {
+    outputs = schema.run(inputs, op.attrs);
+  } else if (op.op == kGradOp) {
     TensorList wrt, seeds;
     for (const std::string& name : op.attrs.GetStrings("wrt")) {
       wrt.push_back(Lookup(env, reads.Next(), "wrt value", name));
@@ -179,12 +182,9 @@ int64_t RunOp(const Op& op, int64_t index, const std::string& scope,
       keep_alive.push_back(autograd::GradAccumulator(inputs[0]));
     }
     autograd::RegisterHook(inputs[0], MakeGradientHook(op.attrs));
-  } else if (op.op == kDetachOp) {
-    outputs = {inputs[0].detach()};
   } else {
-    const ops::OpSchema* schema = ops::OpRegistry::Get().Find(op.op);
-    GS_CHECK_INTERNAL(schema != nullptr, "op '", op.op, "' passed validation but is unknown");
-    outputs = schema->run(inputs, op.attrs);
+    GS_CHECK_INTERNAL(op.op == kDetachOp, "op '", op.op, "' has neither a kernel nor a meaning");
+    outputs = {inputs[0].detach()};
   }
 
   GS_CHECK_INTERNAL(outputs.size() == op.outputs.size(), "op '", op.op, "' returned ",
@@ -234,8 +234,8 @@ int64_t RunOps(const std::shared_ptr<const Graph>& graph, const ValueSlots& slot
       return absl::StartsWith(status.message(), context) ? status : WithContext(status, context);
     };
     try {
-      nodes += RunOp(op, static_cast<int64_t>(i), scope, program, labeler, reads, next_slot, env,
-                     keep_alive);
+      nodes += RunOp(op, *slots.schemas[i], static_cast<int64_t>(i), scope, program, labeler, reads,
+                     next_slot, env, keep_alive);
     } catch (const StatusError& e) {
       ThrowStatus(in_context(e.status()));
     } catch (const std::bad_alloc&) {

@@ -170,6 +170,7 @@ class Validator {
     if (schema == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("unknown op '", op.op, "'"));
     }
+    slots.schemas.push_back(schema);
     const bool is_checkpoint = op.op == kCheckpointOp;
     if (depth > 0 && (op.op == kGradOp || op.op == kHookOp)) {
       return absl::InvalidArgumentError(absl::StrCat(

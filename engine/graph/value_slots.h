@@ -1,4 +1,5 @@
-// ValueSlots: a validated graph's value names resolved to indices, once.
+// ValueSlots: a validated graph's value names resolved to indices, and its ops to their
+// schemas, once.
 //
 // Note [Value slots]
 // The interpreter keeps a graph's values in a vector indexed by slot, not in a map from names.
@@ -10,7 +11,8 @@
 // inputs, then, for a grad op, its `wrt` values and, when given, its `grad_outputs` values
 // (kNoSlot for '', ones). A checkpoint body has slots of its own, as it has names of its own.
 // Looking names up and binding them by name, in the interpreter alone, was about 4% of a small
-// request's server instructions.
+// request's server instructions. Validate looks each op's schema up too, and keeps it, so the
+// interpreter need not find it again by name.
 
 #ifndef GRADSERVE_ENGINE_GRAPH_VALUE_SLOTS_H_
 #define GRADSERVE_ENGINE_GRAPH_VALUE_SLOTS_H_
@@ -22,6 +24,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "engine/graph/graph.h"
+#include "engine/ops/op_registry.h"
 
 namespace gradserve::graph {
 
@@ -34,6 +37,8 @@ struct ValueSlots {
   std::vector<int64_t> reads;
   // The slots of graph.outputs (checkpoint bodies).
   std::vector<int64_t> results;
+  // Each op's schema (FindOpSchema), in op order. Graph-level ops' schemas have no `run`.
+  std::vector<const ops::OpSchema*> schemas;
   // Every name's slot. The keys view the graph's strings: the graph must outlive this.
   absl::flat_hash_map<absl::string_view, int64_t> by_name;
   // The slots of each checkpoint body the graph's ops hold, by the body's address.
