@@ -138,12 +138,11 @@ const Tensor& Lookup(const Env& env, int64_t slot, const char* role, const std::
   return value;
 }
 
-// Runs one op, whose schema is schema, taking the slots of what it reads from reads, and binds
-// its outputs in env from slot first_output on; the Nodes it records get their labels from
-// labeler. Returns how many
-// Nodes it labeled. A hook on a leaf keeps the leaf's AccumulateGrad alive in keep_alive, so
-// that the ops after it, which find it through the leaf, share it and its hook (the leaf holds
-// it weakly).
+// Runs one op with its schema, taking the slots of what it reads from reads, and binds its
+// outputs in env from slot first_output on; the Nodes it records get their labels from
+// labeler. Returns how many Nodes it labeled. A hook on a leaf keeps the leaf's AccumulateGrad
+// alive in keep_alive, so that the ops after it, which find it through the leaf, share it and
+// its hook (the leaf holds it weakly).
 int64_t RunOp(const Op& op, const ops::OpSchema& schema, int64_t index, const std::string& scope,
               const std::shared_ptr<const Program>& program,
               const std::shared_ptr<const OpLabeler>& labeler, Reads& reads, int64_t first_output,
