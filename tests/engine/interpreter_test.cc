@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engine/autograd/node.h"
@@ -350,6 +351,28 @@ TEST(InterpreterTest, ValidateGivesEachValueASlot) {
   EXPECT_EQ(inner.num_values, 5);
   EXPECT_EQ(inner.reads, (std::vector<int64_t>{0, 2, 3, 1}));
   EXPECT_EQ(inner.results, (std::vector<int64_t>{4}));
+}
+
+// num_nodes is the number of distinct grad_fns among the graph's values: one for each op that
+// records, none for detach or a no-grad op, and those a grad op's create_graph records for its
+// outputs. RunOps counts them as it labels them (Note [Value slots]).
+TEST(InterpreterTest, CountsTheNodesOfTheGraphsValues) {
+  GraphBuilder b = Base();  // x (requires grad), c
+  b.Op("mul", {"x", "x"}, {"h"}).Op("sum", {"h"}, {"loss"});
+  b.Op("grad", {"loss"}, {"gx"}, ops::Attrs({{"wrt", std::vector<std::string>{"x"}}}));
+  b.Op("detach", {"h"}, {"d"});
+  b.Op("mul", {"x", "c"}, {"n"}).last().no_grad = true;
+  b.Op("add", {"gx", "loss"}, {"s"});
+  auto recorded = MustRecord(b.Build());
+  ASSERT_NE(recorded, nullptr);
+  absl::flat_hash_set<const autograd::Node*> nodes;
+  for (const char* name : {"x", "c", "h", "loss", "gx", "d", "n", "s"}) {
+    absl::StatusOr<Tensor> value = recorded->Value(name);
+    ASSERT_TRUE(value.ok()) << value.status();
+    if (value->grad_fn() != nullptr) nodes.insert(value->grad_fn().get());
+  }
+  EXPECT_EQ(nodes.size(), 4u);  // h, loss, gx (create_graph), s
+  EXPECT_EQ(recorded->num_nodes(), static_cast<int64_t>(nodes.size()));
 }
 
 TEST(InterpreterTest, RecordsNamedAndLabelledValues) {
