@@ -222,9 +222,10 @@ struct NllWeights {
   Tensor safe_target;  // int64, target's shape
   int64_t count = 0;   // positions not ignored
   double total = 0;    // their class weights' sum (count without class weights): "mean"'s divisor
+  Tensor kept;         // if asked for: 1 where not ignored, else 0; target's shape, input's dtype
 };
 NllWeights MakeNllWeights(const Tensor& target, const Tensor& class_weight, DType dtype,
-                          Reduction reduction, int64_t ignore_index) {
+                          Reduction reduction, int64_t ignore_index, bool with_kept = false) {
   // The divisor of "mean" is needed on the host (a ReduceLoss argument), so a GPU target and
   // class weights are copied to the CPU (Tensor::To waits for them), the weights made there
   // and copied back to the GPU. Host devices read target in place.
@@ -238,16 +239,19 @@ NllWeights MakeNllWeights(const Tensor& target, const Tensor& class_weight, DTyp
   w.weight = Tensor::Empty(target.shape(), dtype, here);
   w.safe_target = Tensor::Empty(target.shape(), DType::kInt64, here);
   int64_t* sv = w.safe_target.data<int64_t>();
+  if (with_kept) w.kept = Tensor::Empty(target.shape(), dtype, here);
   DispatchFloating(dtype, [&](auto tag) {
     using T = decltype(tag);
     Tensor cw;
     if (class_weight.defined()) cw = class_weight.To(kCPU).contiguous();
     const T* cwv = cw.defined() ? cw.data<T>() : nullptr;
     T* wv = w.weight.data<T>();
+    T* kv = with_kept ? w.kept.data<T>() : nullptr;
     for (int64_t i = 0; i < n; ++i) {
       const bool ignored = tv[i] == ignore_index;
       sv[i] = ignored ? 0 : tv[i];
       wv[i] = ignored ? T(0) : cwv != nullptr ? cwv[tv[i]] : T(1);
+      if (kv != nullptr) kv[i] = ignored ? T(0) : T(1);
       w.count += !ignored;
       w.total += static_cast<double>(wv[i]);
     }
@@ -262,6 +266,7 @@ NllWeights MakeNllWeights(const Tensor& target, const Tensor& class_weight, DTyp
   if (on_gpu) {
     w.weight = w.weight.To(device);
     w.safe_target = w.safe_target.To(device);
+    if (with_kept) w.kept = w.kept.To(device);
   }
   return w;
 }
@@ -344,13 +349,16 @@ KernelStub<NllLossFn> nll_loss_stub("nll_loss", NllLossCpu);
 
 namespace {
 
-// nll_loss for `op` (nll_loss or cross_entropy, named in errors), whose arguments were checked;
-// also returns the divisor of "mean" (NllWeights::total).
+// nll_loss on arguments already checked; also returns the divisor of "mean"
+// (NllWeights::total) and, if kept_out is not null, NllWeights::kept.
 Tensor NllLossImpl(const Tensor& input, const Tensor& target, const Tensor& class_weight,
-                   Reduction reduction, int64_t ignore_index, double* total_out) {
+                   Reduction reduction, int64_t ignore_index, double* total_out,
+                   Tensor* kept_out = nullptr) {
   const int64_t class_dim = ClassDim(input);
-  NllWeights w = MakeNllWeights(target, class_weight, input.dtype(), reduction, ignore_index);
+  NllWeights w = MakeNllWeights(target, class_weight, input.dtype(), reduction, ignore_index,
+                                /*with_kept=*/kept_out != nullptr);
   *total_out = w.total;
+  if (kept_out != nullptr) *kept_out = w.kept;
   const Tensor x = input.contiguous();
   const DimSplit s = SplitAt(input.shape(), class_dim);  // [N, C, spatial]
   Tensor out = Tensor::Empty(reduction == Reduction::kNone ? target.shape() : Shape{},
@@ -900,16 +908,16 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduct
   const int64_t class_dim = ClassDim(input);
   const Tensor log_probs = log_softmax(input, class_dim);
   double total = 0;
-  Tensor loss = NllLossImpl(log_probs, target, weight, reduction, ignore_index, &total);
+  Tensor kept;  // 1 where the target is not ignored, for the smoothing term
+  Tensor loss = NllLossImpl(log_probs, target, weight, reduction, ignore_index, &total,
+                            label_smoothing > 0 ? &kept : nullptr);
   if (label_smoothing == 0) return loss;
   // The smoothing term per position: minus the mean over classes of log p (each class's term
   // times its weight), 0 where ignored; "mean" divides it by the same total as the loss.
-  const NllWeights kept =
-      MakeNllWeights(target, Tensor(), input.dtype(), Reduction::kSum, ignore_index);
   const Tensor weighted = TimesClassWeight(log_probs, weight);
   const int64_t dims[] = {class_dim};
   const double per_class = -1.0 / static_cast<double>(input.size(class_dim));
-  const Tensor smooth = mul(mul(sum(weighted, dims), kept.weight), per_class);
+  const Tensor smooth = mul(mul(sum(weighted, dims), kept), per_class);
   return add(mul(loss, 1 - label_smoothing),
              mul(ReduceLoss(smooth, reduction, total), label_smoothing));
 }

@@ -7,6 +7,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "engine/ops/nn.h"
 #include "engine/ops/op_registry.h"
@@ -47,11 +48,17 @@ std::array<int64_t, 2> GetPair(const Attrs& a, const std::string& name, int64_t 
   return {v[0], v.size() == 2 ? v[1] : v[0]};
 }
 
-// Reads conv2d's padding into options: one or two ints, or the keyword "valid" or "same".
+// The keywords conv2d's padding takes instead of ints (its AttrSpec's keywords).
+const std::vector<std::string>& PaddingModes() {
+  static const auto* const modes = new std::vector<std::string>{"valid", "same"};
+  return *modes;
+}
+
+// Reads conv2d's padding into options: one or two ints, or one of PaddingModes().
 void SetPadding(const Attrs& a, Conv2dOptions& options) {
   if (a.has("padding")) {
     if (const auto* mode = std::get_if<std::string>(&a.values().at("padding"))) {
-      GS_CHECK_ARG(*mode == "valid" || *mode == "same", "conv2d: padding = '", *mode,
+      GS_CHECK_ARG(absl::c_linear_search(PaddingModes(), *mode), "conv2d: padding = '", *mode,
                    "' must be one or two ints, 'valid' or 'same'");
       options.same_padding = *mode == "same";
       return;
@@ -126,12 +133,10 @@ void RegisterNNOps(OpRegistry& registry) {
       "conv2d", "2-d convolution of [N, C, H, W] (or [C, H, W]) by weight [O, C / groups, kH, kW]",
       {"input", "weight", "bias"},
       {{"stride", AttrType::kInts, false, "one or two ints (height, width); default 1"},
-       {"padding",
-        AttrType::kInts,
-        false,
+       {"padding", AttrType::kInts, false,
         "zero padding, one or two ints, or 'valid' (none) or 'same' (stride 1: the output keeps "
         "the input's height and width); default 0",
-        {"valid", "same"}},
+        PaddingModes()},
        {"dilation", AttrType::kInts, false, "one or two ints; default 1"},
        {"groups", AttrType::kInt, false, "channel groups dividing C and O; default 1"}},
       [](const TensorList& in, const Attrs& a) -> TensorList {

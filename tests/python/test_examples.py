@@ -108,8 +108,8 @@ class ExamplesTest(unittest.TestCase):
                     request = json_format.Parse(f.read(), gradserve_pb2.GradRequest())
                 calls, values = torch_reference(request)
                 result = self.client.grad(request)
-                for c, expected in enumerate(result.calls[:len(calls)]):
-                    self.assertEqual(set(expected.gradients), set(calls[c]), name)
+                for c, got in enumerate(result.calls[:len(calls)]):
+                    self.assertEqual(set(got.gradients), set(calls[c]), name)
                 _, problems = compare(result, calls, values)  # as test_parity compares
                 self.assertFalse(problems, f"{name}:\n" + "\n".join(problems))
 
