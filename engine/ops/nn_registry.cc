@@ -48,9 +48,17 @@ std::array<int64_t, 2> GetPair(const Attrs& a, const std::string& name, int64_t 
   return {v[0], v.size() == 2 ? v[1] : v[0]};
 }
 
-// The keywords conv2d's padding takes instead of ints (its AttrSpec's keywords).
+// The keywords conv2d's padding takes instead of ints (its AttrSpec's keywords). Built by
+// push_back: compiled by nvcc (CUDA builds compile this file as CUDA), `new
+// std::vector<std::string>{"valid", "same"}` threw std::length_error from basic_string at
+// start-up, as if it made one string of the two pointers.
 const std::vector<std::string>& PaddingModes() {
-  static const auto* const modes = new std::vector<std::string>{"valid", "same"};
+  static const std::vector<std::string>* const modes = [] {
+    auto* v = new std::vector<std::string>;
+    v->push_back("valid");
+    v->push_back("same");
+    return v;
+  }();
   return *modes;
 }
 
