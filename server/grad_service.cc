@@ -56,14 +56,17 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 
 }  // namespace
 
-// Note [Request flow], unary form, on the pool. The request and response messages belong to
-// gRPC and stay valid until OnDone.
+// Note [Request flow], unary form, on the pool. The reactor owns the call's messages; the
+// worker serializes the response into gRPC's buffer, which stays valid until OnDone.
 class GradService::UnaryGradReactor final : public grpc::ServerUnaryReactor {
  public:
-  UnaryGradReactor(GradService* service, grpc::CallbackServerContext* context, Job job)
-      : cancel_(MakeToken(context)) {
+  UnaryGradReactor(GradService* service, grpc::CallbackServerContext* context, Job job,
+                   UnaryMessages::Ptr messages, grpc::ByteBuffer* response)
+      : cancel_(MakeToken(context)), messages_(std::move(messages)), response_(response) {
     job.cancel = cancel_;
-    job.done = [this](const absl::Status& status) { Finish(ToGrpcStatus(status)); };
+    job.done = [this](const absl::Status& status) {
+      Finish(ToGrpcStatus(status.ok() ? messages_->SerializeResponse(response_) : status));
+    };
     service->Execute(std::move(job));
   }
 
@@ -72,6 +75,8 @@ class GradService::UnaryGradReactor final : public grpc::ServerUnaryReactor {
 
  private:
   const std::shared_ptr<autograd::CancellationToken> cancel_;
+  const UnaryMessages::Ptr messages_;
+  grpc::ByteBuffer* const response_;  // gRPC's
 };
 
 // Note [Request flow], streaming form. Reads, the work and writes happen one after another, so
@@ -218,32 +223,39 @@ GradService::GradService(ServerOptions options)
       pool_(std::make_unique<WorkerPool>(
           options_.worker_threads > 0
               ? options_.worker_threads
-              : std::max(1, static_cast<int>(std::thread::hardware_concurrency())))) {
-  SetMessageAllocatorFor_ComputeGradients(&unary_messages_);
-}
+              : std::max(1, static_cast<int>(std::thread::hardware_concurrency())))) {}
 
 GradService::~GradService() { pool_.reset(); }
 
 grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerContext* context,
-                                                        const v1::GradRequest* request,
-                                                        v1::GradResponse* response) {
+                                                        const grpc::ByteBuffer* request,
+                                                        grpc::ByteBuffer* response) {
+  const absl::Time received = absl::Now();
+  UnaryMessages::Ptr messages = UnaryMessages::Take();
+  const absl::Status parsed = messages->ParseRequest(*request);
   if (absl::Status admitted = Admit(); !admitted.ok()) {
-    Reject(request->request_id(), "unary", admitted);
+    Reject(messages->request().request_id(), "unary", admitted);
     return FinishNow(context, ToGrpcStatus(admitted));
+  }
+  if (!parsed.ok()) {
+    Release("", "unary", parsed, received, 0, messages->request_bytes(), 0);
+    return FinishNow(context, ToGrpcStatus(parsed));
   }
   Job job;
   job.rpc = "unary";
-  job.received = absl::Now();
-  job.request = request;
-  job.response = response;
-  job.request_bytes = static_cast<int64_t>(request->ByteSizeLong());
-  if (!RunsInline(*request, job.request_bytes, options_.max_inline_cost)) {
-    return new UnaryGradReactor(this, context, std::move(job));
+  job.received = received;
+  job.request = &messages->request();
+  job.response = messages->response();
+  job.request_bytes = messages->request_bytes();
+  if (!RunsInline(messages->request(), job.request_bytes, options_.max_inline_cost)) {
+    return new UnaryGradReactor(this, context, std::move(job), std::move(messages), response);
   }
   // Note [Inline or pool]: small enough to run on this thread.
   requests_inline_.fetch_add(1, std::memory_order_relaxed);
   job.cancel = MakeToken(context);
-  return FinishNow(context, ToGrpcStatus(Run(job)));
+  absl::Status status = Run(job);
+  if (status.ok()) status = messages->SerializeResponse(response);
+  return FinishNow(context, ToGrpcStatus(status));
 }
 
 grpc::ServerBidiReactor<v1::Chunk, v1::Chunk>* GradService::ComputeGradientsStream(

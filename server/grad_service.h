@@ -41,14 +41,18 @@ namespace gradserve::server {
 // WaitUntilIdle and counters may be called from any thread. The destructor waits for the
 // worker pool to finish what it was given; destroy the service only after the grpc::Server
 // that uses it has shut down.
-class GradService final : public v1::GradService::CallbackService {
+//
+// ComputeGradients is a raw method: it parses its request and serializes its response itself
+// (Note [Unary messages reused]).
+class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeGradients<
+                              v1::GradService::CallbackService> {
  public:
   explicit GradService(ServerOptions options);
   ~GradService() override;
 
   grpc::ServerUnaryReactor* ComputeGradients(grpc::CallbackServerContext* context,
-                                             const v1::GradRequest* request,
-                                             v1::GradResponse* response) override;
+                                             const grpc::ByteBuffer* request,
+                                             grpc::ByteBuffer* response) override;
   grpc::ServerBidiReactor<v1::Chunk, v1::Chunk>* ComputeGradientsStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
@@ -74,8 +78,8 @@ class GradService final : public v1::GradService::CallbackService {
   struct Job {
     std::string rpc;  // "unary" or "stream", for the log
     absl::Time received;
-    const v1::GradRequest* request = nullptr;  // owned by the reactor or gRPC
-    v1::GradResponse* response = nullptr;      // owned by the reactor or gRPC
+    const v1::GradRequest* request = nullptr;  // the call's UnaryMessages, or the reactor's
+    v1::GradResponse* response = nullptr;      // likewise
     int64_t request_bytes = 0;
     // A streamed request's chunks, which *request was parsed from and which hold its big
     // tensors' bytes (Note [Tensor bytes left in the chunks]); owned by the reactor, cleared
@@ -109,8 +113,7 @@ class GradService final : public v1::GradService::CallbackService {
 
   const ServerOptions options_;
   const absl::Time started_;
-  const v1::ServerInfo info_;             // the static part of GetServerInfo's answer
-  ArenaMessageAllocator unary_messages_;  // Note [Unary messages on an arena]
+  const v1::ServerInfo info_;  // the static part of GetServerInfo's answer
 
   // Note [Admission without a lock]
   // Admit and Release run for every grad call, on many threads at once, so they take no

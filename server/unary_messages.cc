@@ -1,53 +1,22 @@
 #include "server/unary_messages.h"
 
-#include <cstddef>
-#include <memory>
+#include <climits>
 #include <vector>
 
-#include "google/protobuf/arena.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+#include "grpcpp/support/proto_buffer_writer.h"
 
 namespace gradserve::server {
 namespace {
 
-// Enough for a request of a few dozen small ops and its response.
-constexpr size_t kFirstBlockBytes = 8192;
-// Holders each thread keeps for reuse: about the calls one thread has in flight at once.
-constexpr size_t kHoldersPerThread = 8;
-
-// Note [Unary messages on an arena]. gRPC calls Release once the call is done.
-class ArenaMessageHolder final : public grpc::MessageHolder<v1::GradRequest, v1::GradResponse> {
- public:
-  ArenaMessageHolder() : arena_(FirstBlock(first_block_)) { CreateMessages(); }
-
-  // Returns the holder to this thread's cache (its arena emptied), or deletes it.
-  void Release() override;
-
-  void CreateMessages() {
-    set_request(google::protobuf::Arena::CreateMessage<v1::GradRequest>(&arena_));
-    set_response(google::protobuf::Arena::CreateMessage<v1::GradResponse>(&arena_));
-  }
-  // Frees the messages and any blocks beyond the first.
-  void Reset() { arena_.Reset(); }
-
- private:
-  static google::protobuf::ArenaOptions FirstBlock(char* block) {
-    google::protobuf::ArenaOptions options;
-    options.initial_block = block;
-    options.initial_block_size = kFirstBlockBytes;
-    return options;
-  }
-
-  alignas(std::max_align_t) char first_block_[kFirstBlockBytes];
-  google::protobuf::Arena arena_;  // after first_block_, which it uses
-};
-
-// Holders released on this thread, with empty arenas: allocating a fresh 8 KiB holder costs
-// more than the parse of a small request. Each thread's cache is its own, so it needs no lock;
-// a holder may be allocated on one thread and released (cached) on another.
+// Holders given back on this thread, reset. Each thread's cache is its own, so it needs no
+// lock; a holder may be taken on one thread and given back on another.
 class HolderCache {
  public:
   // This thread's cache, or null once the thread has destroyed it (on its way out).
-  static std::vector<std::unique_ptr<ArenaMessageHolder>>* Get() {
+  static std::vector<std::unique_ptr<UnaryMessages>>* Get() {
     if (gone_) return nullptr;
     thread_local HolderCache cache;
     return &cache.holders_;
@@ -56,30 +25,76 @@ class HolderCache {
 
  private:
   static thread_local bool gone_;  // constant-initialized, so never destroyed
-  std::vector<std::unique_ptr<ArenaMessageHolder>> holders_;
+  std::vector<std::unique_ptr<UnaryMessages>> holders_;
 };
 
 thread_local bool HolderCache::gone_ = false;
 
-void ArenaMessageHolder::Release() {
-  std::vector<std::unique_ptr<ArenaMessageHolder>>* cache = HolderCache::Get();
-  if (cache == nullptr || cache->size() >= kHoldersPerThread) {
-    delete this;
-    return;
-  }
-  Reset();
-  cache->emplace_back(this);
-}
-
 }  // namespace
 
-grpc::MessageHolder<v1::GradRequest, v1::GradResponse>* ArenaMessageAllocator::AllocateMessages() {
-  std::vector<std::unique_ptr<ArenaMessageHolder>>* cache = HolderCache::Get();
-  if (cache == nullptr || cache->empty()) return new ArenaMessageHolder;
-  ArenaMessageHolder* holder = cache->back().release();
+UnaryMessages::Ptr UnaryMessages::Take() {
+  std::vector<std::unique_ptr<UnaryMessages>>* cache = HolderCache::Get();
+  if (cache == nullptr || cache->empty()) return Ptr(new UnaryMessages);
+  Ptr holder(cache->back().release());
   cache->pop_back();
-  holder->CreateMessages();
   return holder;
+}
+
+void UnaryMessages::Recycle::operator()(UnaryMessages* messages) const {
+  std::unique_ptr<UnaryMessages> holder(messages);
+  std::vector<std::unique_ptr<UnaryMessages>>* cache = HolderCache::Get();
+  if (cache == nullptr || cache->size() >= kCachedPerThread ||
+      holder->request_bytes_ > kMaxReusedBytes || holder->response_bytes_ > kMaxReusedBytes) {
+    return;  // freed
+  }
+  holder->Reset();
+  cache->push_back(std::move(holder));
+}
+
+absl::Status UnaryMessages::ParseRequest(const grpc::ByteBuffer& bytes) {
+  request_bytes_ = bytes.Length();
+  auto malformed = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed request: the ", request_bytes_,
+                     " bytes do not parse as a gradserve.v1.GradRequest"));
+  };
+  if (request_bytes_ > static_cast<size_t>(INT_MAX)) return malformed();
+  // The reader only reads the buffer's slices, but takes a pointer to a mutable buffer.
+  grpc::ProtoBufferReader reader(const_cast<grpc::ByteBuffer*>(&bytes));
+  if (!reader.status().ok()) return malformed();
+  // Merged, not parsed: a parse would first free what Reset kept.
+  if (!request_.MergeFromBoundedZeroCopyStream(&reader, static_cast<int>(request_bytes_))) {
+    return malformed();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status UnaryMessages::SerializeResponse(grpc::ByteBuffer* bytes) {
+  response_bytes_ = response_.ByteSizeLong();
+  if (response_bytes_ > static_cast<size_t>(INT_MAX)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the response takes ", response_bytes_,
+                     " bytes, more than one message can carry; use ComputeGradientsStream"));
+  }
+  bool own_buffer = false;
+  grpc::Status serialized =
+      grpc::SerializationTraits<v1::GradResponse>::Serialize(response_, bytes, &own_buffer);
+  if (!serialized.ok()) {
+    return absl::InternalError(
+        absl::StrCat("the response did not serialize: ", serialized.error_message()));
+  }
+  return absl::OkStatus();
+}
+
+void UnaryMessages::Reset() {
+  request_.clear_request_id();
+  if (request_.has_graph()) request_.mutable_graph()->Clear();  // keeps the graph's ops
+  request_.mutable_calls()->Clear();
+  request_.mutable_return_values()->Clear();
+  request_.GetReflection()->MutableUnknownFields(&request_)->Clear();
+  response_.Clear();
+  request_bytes_ = 0;
+  response_bytes_ = 0;
 }
 
 }  // namespace gradserve::server

@@ -178,8 +178,8 @@ TEST_F(DispatchTest, SmallRequestsRunInlineLargeOnesOnThePool) {
   EXPECT_GT(c.bytes_sent(), 0);
 }
 
-// Note [Unary messages on an arena]: holders are reused by calls of any size, inline or on
-// the pool, and each answer is its own request's.
+// Note [Unary messages reused]: holders are reused by calls of any size, inline or on the
+// pool, and each answer is its own request's.
 TEST_F(DispatchTest, ReusedMessagesCarryEachCallsOwnAnswer) {
   TestServer server;
   for (int i = 0; i < 20; ++i) {

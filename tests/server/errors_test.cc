@@ -2,6 +2,7 @@
 // culprit, and the server keeps answering good requests during and after.
 
 #include <functional>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "tests/server/test_util.h"
 
@@ -267,6 +269,31 @@ TEST_F(ServerErrorTest, MalformedBytesAreInvalidArgument) {
   grpc::Status status = stream->Finish();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
   EXPECT_TRUE(absl::StrContains(status.error_message(), "malformed")) << status.error_message();
+  EXPECT_TRUE(CheckSquareWorks(server.client()).ok());
+}
+
+// Note [Unary messages reused]: the server parses a unary request itself, and bytes that are
+// no GradRequest get the same answer as on the stream; the call is counted as failed.
+TEST_F(ServerErrorTest, MalformedUnaryBytesAreInvalidArgument) {
+  TestServer server;
+  grpc::GenericStub stub(server.client().channel());
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  static constexpr char kGarbage[] = "\xff\xff\xff\xff\x0f garbage";
+  grpc::Slice slice(kGarbage, sizeof(kGarbage) - 1);
+  const grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, "/gradserve.v1.GradService/ComputeGradients", grpc::StubOptions(),
+                 &request, &response, [&](grpc::Status s) { done.set_value(std::move(s)); });
+  const grpc::Status status = done.get_future().get();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "malformed")) << status.error_message();
+  absl::StatusOr<v1::ServerInfo> info = server.client().GetServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->counters().requests_failed(), 1);
+  EXPECT_EQ(info->counters().bytes_received(), 13);
+  EXPECT_EQ(info->counters().in_flight(), 0);
   EXPECT_TRUE(CheckSquareWorks(server.client()).ok());
 }
 
