@@ -57,6 +57,15 @@ class ErrorStatusTest(unittest.TestCase):
     def graph():
         return GraphBuilder().leaf("x", np.ones((2, 3), np.float32), requires_grad=True)
 
+    def test_bytes_that_are_no_request(self):
+        """Raw bytes that do not parse as a GradRequest: INVALID_ARGUMENT, as on the stream."""
+        with grpc.insecure_channel(self.server.address) as channel:
+            call = channel.unary_unary("/gradserve.v1.GradService/ComputeGradients")
+            with self.assertRaises(grpc.RpcError) as cm:
+                call(b"\xff\xff\xff\xff\x0f garbage", timeout=30)
+        self.assertEqual(cm.exception.code(), INVALID_ARGUMENT, cm.exception.details())
+        self.assertIn("malformed request", cm.exception.details())
+
     def test_unknown_op(self):
         g = self.graph().op("frobnicate", ["x"], out="y").op("sum", ["y"], out="loss")
         g.backward_call("loss", inputs=["x"])
