@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "engine/device/device_registry.h"
 #include "engine/tensor/device.h"
@@ -60,33 +61,36 @@ std::string DescribeOp(const v1::Op& op, int index) {
 }
 
 // Checks everything about a wire tensor that can be checked before allocating it. `what` names
-// it in errors ("leaf 'x'").
+// it in errors ("leaf 'x'"); it is called only to write an error, so a good request builds no
+// descriptions.
 absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& limits,
-                                      const ChunkedRequest* chunked, const std::string& what) {
+                                      const ChunkedRequest* chunked,
+                                      absl::FunctionRef<std::string()> what) {
   TensorPlan plan;
   std::optional<DType> dtype = FromProto(t.dtype());
   if (!dtype) {
     const std::string& enum_name = v1::DType_Name(t.dtype());
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": dtype ", enum_name.empty() ? absl::StrCat(static_cast<int>(t.dtype())) : enum_name,
-        " is not one of DTYPE_FLOAT32, DTYPE_FLOAT64, DTYPE_INT64, DTYPE_BOOL"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what(), ": dtype ",
+                     enum_name.empty() ? absl::StrCat(static_cast<int>(t.dtype())) : enum_name,
+                     " is not one of DTYPE_FLOAT32, DTYPE_FLOAT64, DTYPE_INT64, DTYPE_BOOL"));
   }
   plan.dtype = *dtype;
   plan.shape.assign(t.shape().begin(), t.shape().end());
   absl::StatusOr<int64_t> numel = CheckedNumel(plan.shape);
   if (!numel.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", numel.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(what(), ": ", numel.status().message()));
   }
   plan.numel = *numel;
   if (plan.numel > limits.max_tensor_elements) {
     return absl::ResourceExhaustedError(
-        absl::StrCat(what, ": shape ", ShapeToString(plan.shape), " has ", plan.numel,
+        absl::StrCat(what(), ": shape ", ShapeToString(plan.shape), " has ", plan.numel,
                      " elements, over the limit of ", limits.max_tensor_elements,
                      " elements per tensor (--max_tensor_elements)"));
   }
   if (__builtin_mul_overflow(plan.numel, static_cast<int64_t>(ElementSize(plan.dtype)),
                              &plan.nbytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(what, ": shape ", ShapeToString(plan.shape),
+    return absl::ResourceExhaustedError(absl::StrCat(what(), ": shape ", ShapeToString(plan.shape),
                                                      " needs more bytes than fit in int64"));
   }
 
@@ -96,7 +100,7 @@ absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& 
       const DataView data(t, chunked);
       if (static_cast<int64_t>(data.size()) != plan.nbytes) {
         return absl::InvalidArgumentError(
-            absl::StrCat(what, ": data has ", data.size(), " bytes but ", dtype_name,
+            absl::StrCat(what(), ": data has ", data.size(), " bytes but ", dtype_name,
                          ShapeToString(plan.shape), " needs ", plan.nbytes, " (", plan.numel,
                          " elements of ", ElementSize(plan.dtype), " bytes)"));
       }
@@ -107,9 +111,9 @@ absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& 
           for (size_t k = 0; k < n && !bad; ++k, ++i) {
             const auto byte = static_cast<unsigned char>(p[k]);
             if (byte > 1) {
-              bad = absl::InvalidArgumentError(absl::StrCat(what, ": byte ", i, " of bool data is ",
-                                                            static_cast<int>(byte),
-                                                            "; bools are 0 or 1"));
+              bad = absl::InvalidArgumentError(
+                  absl::StrCat(what(), ": byte ", i, " of bool data is ", static_cast<int>(byte),
+                               "; bools are 0 or 1"));
             }
           }
         });
@@ -137,19 +141,19 @@ absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& 
       }
       if (others != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
-            what, ": a ", dtype_name, " tensor takes its values in 'values.", list, "' only"));
+            what(), ": a ", dtype_name, " tensor takes its values in 'values.", list, "' only"));
       }
       if (given != plan.numel) {
         return absl::InvalidArgumentError(
-            absl::StrCat(what, ": values.", list, " has ", given, " values but shape ",
+            absl::StrCat(what(), ": values.", list, " has ", given, " values but shape ",
                          ShapeToString(plan.shape), " needs ", plan.numel));
       }
       break;
     }
     case v1::Tensor::CONTENTS_NOT_SET:
       if (plan.numel != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, ": no contents; set 'data' (raw little-endian bytes) or 'values'"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            what(), ": no contents; set 'data' (raw little-endian bytes) or 'values'"));
       }
       break;
   }
@@ -157,10 +161,10 @@ absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& 
   if (!t.device().empty()) {
     absl::StatusOr<Device> device = ParseDevice(t.device());
     if (!device.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": ", device.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat(what(), ": ", device.status().message()));
     }
     if (absl::Status s = DeviceRegistry::Get().Validate(*device); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": ", s.message()));
+      return absl::InvalidArgumentError(absl::StrCat(what(), ": ", s.message()));
     }
     plan.device = *device;
   }
@@ -227,8 +231,8 @@ class Census {
           absl::StrCat("the graph has more than ", limits_.max_ops, " ops (--max_ops)"));
     }
     for (const v1::Leaf& leaf : g.leaves()) {
-      if (absl::Status s =
-              CountTensor(leaf.value(), absl::StrCat(scope, "leaf '", leaf.name(), "'"));
+      if (absl::Status s = CountTensor(
+              leaf.value(), [&] { return absl::StrCat(scope, "leaf '", leaf.name(), "'"); });
           !s.ok()) {
         return s;
       }
@@ -246,13 +250,13 @@ class Census {
     return absl::OkStatus();
   }
 
-  absl::Status CountTensor(const v1::Tensor& t, const std::string& what) {
+  absl::Status CountTensor(const v1::Tensor& t, absl::FunctionRef<std::string()> what) {
     absl::StatusOr<TensorPlan> plan = PlanTensor(t, limits_, chunked_, what);
     if (!plan.ok()) return plan.status();
     if (__builtin_add_overflow(bytes_, plan->nbytes, &bytes_) ||
         bytes_ > limits_.max_memory_bytes) {
       return absl::ResourceExhaustedError(
-          absl::StrCat(what, ": the request's tensors need more than the limit of ",
+          absl::StrCat(what(), ": the request's tensors need more than the limit of ",
                        limits_.max_memory_bytes, " bytes per request (--max_memory_bytes)"));
     }
     return absl::OkStatus();
@@ -270,7 +274,8 @@ std::string DescribeSeed(int call, const std::string& root) {
   return absl::StrCat("call #", call, ": seed for root '", root, "'");
 }
 
-absl::StatusOr<ops::AttrValue> FromProto(const v1::AttrValue& v, const std::string& what) {
+absl::StatusOr<ops::AttrValue> FromProto(const v1::AttrValue& v,
+                                         absl::FunctionRef<std::string()> what) {
   switch (v.value_case()) {
     case v1::AttrValue::kI:
       return ops::AttrValue(v.i());
@@ -293,7 +298,7 @@ absl::StatusOr<ops::AttrValue> FromProto(const v1::AttrValue& v, const std::stri
       break;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat(what, " has no value; set one of i, f, b, s, ints, floats, strings"));
+      absl::StrCat(what(), " has no value; set one of i, f, b, s, ints, floats, strings"));
 }
 
 // Pass two: allocation. Only called once the census passed. Throws StatusError when an
@@ -305,8 +310,9 @@ absl::StatusOr<graph::Graph> BuildGraph(const v1::Graph& g, const graph::Limits&
   out.outputs.assign(g.outputs().begin(), g.outputs().end());
   out.leaves.reserve(g.leaves_size());
   for (const v1::Leaf& leaf : g.leaves()) {
-    absl::StatusOr<TensorPlan> plan =
-        PlanTensor(leaf.value(), limits, chunked, absl::StrCat(scope, "leaf '", leaf.name(), "'"));
+    absl::StatusOr<TensorPlan> plan = PlanTensor(leaf.value(), limits, chunked, [&] {
+      return absl::StrCat(scope, "leaf '", leaf.name(), "'");
+    });
     if (!plan.ok()) return plan.status();
     out.leaves.push_back(
         graph::Leaf{leaf.name(), MakeTensor(leaf.value(), *plan, chunked), leaf.requires_grad()});
@@ -320,8 +326,9 @@ absl::StatusOr<graph::Graph> BuildGraph(const v1::Graph& g, const graph::Limits&
     dst.outputs.assign(op.outputs().begin(), op.outputs().end());
     dst.no_grad = op.no_grad();
     for (const auto& [name, value] : op.attrs()) {
-      absl::StatusOr<ops::AttrValue> attr =
-          FromProto(value, absl::StrCat(scope, DescribeOp(op, i), ": attribute '", name, "'"));
+      absl::StatusOr<ops::AttrValue> attr = FromProto(value, [&] {
+        return absl::StrCat(scope, DescribeOp(op, i), ": attribute '", name, "'");
+      });
       if (!attr.ok()) return attr.status();
       dst.attrs.set(name, *std::move(attr));
     }
@@ -353,7 +360,7 @@ absl::StatusOr<graph::BackwardCall> BuildCall(const v1::BackwardCall& call, int 
   for (size_t r = 0; r < out.roots.size(); ++r) {
     auto it = call.seeds().find(out.roots[r]);
     if (it == call.seeds().end()) continue;
-    const std::string what = DescribeSeed(index, out.roots[r]);
+    auto what = [&] { return DescribeSeed(index, out.roots[r]); };
     absl::StatusOr<TensorPlan> plan = PlanTensor(it->second, limits, chunked, what);
     if (!plan.ok()) return plan.status();
     out.seeds[r] = MakeTensor(it->second, *plan, chunked);
@@ -410,7 +417,8 @@ absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const gr
         return absl::InvalidArgumentError(absl::StrCat("call #", c, ": seed given for '", root,
                                                        "', which is not one of the call's roots"));
       }
-      if (absl::Status s = census.CountTensor(seed, DescribeSeed(c, root)); !s.ok()) return s;
+      if (absl::Status s = census.CountTensor(seed, [&] { return DescribeSeed(c, root); }); !s.ok())
+        return s;
     }
   }
 
