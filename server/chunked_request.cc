@@ -10,6 +10,7 @@
 #include "google/protobuf/unknown_field_set.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "proto/chunking.h"
+#include "server/wire.h"
 
 namespace gradserve::server {
 namespace {
@@ -244,10 +245,8 @@ class ChunkedRequest::Walker {
 
  private:
   absl::Status Malformed(const char* why) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat("malformed request: the ", request_->size_,
-                     " streamed bytes do not parse as a gradserve.v1.GradRequest (", why,
-                     " at byte ", in_.position(), ")"));
+    return MalformedRequest(request_->size_, /*streamed=*/true,
+                            absl::StrCat(why, " at byte ", in_.position()));
   }
 
   ChunkedRequest* const request_;
@@ -268,11 +267,7 @@ absl::Status ChunkedRequest::Parse(v1::GradRequest* request) {
       !s.ok()) {
     return s;
   }
-  if (!request->ParseFromString(skeleton)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("malformed request: the ", size_,
-                     " streamed bytes do not parse as a gradserve.v1.GradRequest"));
-  }
+  if (!request->ParseFromString(skeleton)) return MalformedRequest(size_, /*streamed=*/true);
   return absl::OkStatus();
 }
 

@@ -4,9 +4,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/proto_buffer_reader.h"
-#include "grpcpp/support/proto_buffer_writer.h"
+#include "grpcpp/support/slice.h"
+#include "server/wire.h"
 
 namespace gradserve::server {
 namespace {
@@ -54,9 +54,7 @@ void UnaryMessages::Recycle::operator()(UnaryMessages* messages) const {
 absl::Status UnaryMessages::ParseRequest(const grpc::ByteBuffer& bytes) {
   request_bytes_ = bytes.Length();
   auto malformed = [&] {
-    return absl::InvalidArgumentError(
-        absl::StrCat("malformed request: the ", request_bytes_,
-                     " bytes do not parse as a gradserve.v1.GradRequest"));
+    return MalformedRequest(static_cast<int64_t>(request_bytes_), /*streamed=*/false);
   };
   if (request_bytes_ > static_cast<size_t>(INT_MAX)) return malformed();
   // The reader only reads the buffer's slices, but takes a pointer to a mutable buffer.
@@ -76,13 +74,10 @@ absl::Status UnaryMessages::SerializeResponse(grpc::ByteBuffer* bytes) {
         absl::StrCat("the response takes ", response_bytes_,
                      " bytes, more than one message can carry; use ComputeGradientsStream"));
   }
-  bool own_buffer = false;
-  grpc::Status serialized =
-      grpc::SerializationTraits<v1::GradResponse>::Serialize(response_, bytes, &own_buffer);
-  if (!serialized.ok()) {
-    return absl::InternalError(
-        absl::StrCat("the response did not serialize: ", serialized.error_message()));
-  }
+  // ByteSizeLong cached every sub-message's size, so the bytes are written in one pass.
+  grpc::Slice slice(response_bytes_);
+  response_.SerializeWithCachedSizesToArray(const_cast<uint8_t*>(slice.begin()));
+  *bytes = grpc::ByteBuffer(&slice, 1);
   return absl::OkStatus();
 }
 
