@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engine/tensor/status_error.h"
+#include "server/graph_cache.h"
 #include "server/wire.h"
 
 namespace gradserve::server {
@@ -27,12 +28,15 @@ absl::Status Run(const v1::GradRequest& request, const graph::Limits& limits,
   timings->set_queue_us(Micros(picked - admitted));
   if (absl::Status s = cancel->Check(); !s.ok()) return s;
 
-  absl::StatusOr<EngineRequest> converted = FromProto(request, limits, chunked);
+  // Note [Reusing a validated graph]; a streamed request is too big to be worth it. Declared
+  // before the recorded graph, so that it outlives it.
+  GraphLease lease(request.graph(), limits, /*enabled=*/chunked == nullptr);
+  absl::StatusOr<EngineRequest> converted = FromProto(request, limits, chunked, lease.reusable());
   if (chunked != nullptr) chunked->Clear();
   if (!converted.ok()) return converted.status();
-  // Moved, not copied: the recorded Nodes share it for their labels (Note [Node labels]).
-  absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> recorded = graph::RecordedGraph::Record(
-      std::make_shared<const graph::Graph>(std::move(converted->graph)), limits, cancel);
+  // Shared, not copied: the recorded Nodes share it for their labels (Note [Node labels]).
+  absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> recorded =
+      lease.Record(std::move(converted->graph), cancel);
   if (!recorded.ok()) return recorded.status();
   graph::RecordedGraph& g = **recorded;
   response->set_num_nodes(g.num_nodes());

@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
@@ -301,6 +302,16 @@ absl::StatusOr<ops::AttrValue> FromProto(const v1::AttrValue& v,
       absl::StrCat(what(), " has no value; set one of i, f, b, s, ints, floats, strings"));
 }
 
+// A leaf's value, made from the wire: pass two, as BuildGraph below.
+absl::StatusOr<Tensor> LeafValue(const v1::Leaf& leaf, const graph::Limits& limits,
+                                 const ChunkedRequest* chunked, const std::string& scope) {
+  absl::StatusOr<TensorPlan> plan = PlanTensor(leaf.value(), limits, chunked, [&] {
+    return absl::StrCat(scope, "leaf '", leaf.name(), "'");
+  });
+  if (!plan.ok()) return plan.status();
+  return MakeTensor(leaf.value(), *plan, chunked);
+}
+
 // Pass two: allocation. Only called once the census passed. Throws StatusError when an
 // allocation fails.
 absl::StatusOr<graph::Graph> BuildGraph(const v1::Graph& g, const graph::Limits& limits,
@@ -310,12 +321,9 @@ absl::StatusOr<graph::Graph> BuildGraph(const v1::Graph& g, const graph::Limits&
   out.outputs.assign(g.outputs().begin(), g.outputs().end());
   out.leaves.reserve(g.leaves_size());
   for (const v1::Leaf& leaf : g.leaves()) {
-    absl::StatusOr<TensorPlan> plan = PlanTensor(leaf.value(), limits, chunked, [&] {
-      return absl::StrCat(scope, "leaf '", leaf.name(), "'");
-    });
-    if (!plan.ok()) return plan.status();
-    out.leaves.push_back(
-        graph::Leaf{leaf.name(), MakeTensor(leaf.value(), *plan, chunked), leaf.requires_grad()});
+    absl::StatusOr<Tensor> value = LeafValue(leaf, limits, chunked, scope);
+    if (!value.ok()) return value.status();
+    out.leaves.push_back(graph::Leaf{leaf.name(), *std::move(value), leaf.requires_grad()});
   }
   out.ops.reserve(g.ops_size());
   for (int i = 0; i < g.ops_size(); ++i) {
@@ -341,6 +349,51 @@ absl::StatusOr<graph::Graph> BuildGraph(const v1::Graph& g, const graph::Limits&
     }
   }
   return out;
+}
+
+// Doubles compare by their bits, so that -0 and 0 differ and a NaN equals itself.
+bool SameBits(double a, double b) {
+  return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b);
+}
+
+// Whether FromProto(wire) would be built's value.
+bool SameAttr(const v1::AttrValue& wire, const ops::AttrValue& built) {
+  switch (wire.value_case()) {
+    case v1::AttrValue::kI:
+      return std::holds_alternative<int64_t>(built) && std::get<int64_t>(built) == wire.i();
+    case v1::AttrValue::kF:
+      return std::holds_alternative<double>(built) && SameBits(std::get<double>(built), wire.f());
+    case v1::AttrValue::kB:
+      return std::holds_alternative<bool>(built) && std::get<bool>(built) == wire.b();
+    case v1::AttrValue::kS:
+      return std::holds_alternative<std::string>(built) && std::get<std::string>(built) == wire.s();
+    case v1::AttrValue::kInts:
+      return std::holds_alternative<std::vector<int64_t>>(built) &&
+             absl::c_equal(wire.ints().values(), std::get<std::vector<int64_t>>(built));
+    case v1::AttrValue::kFloats:
+      return std::holds_alternative<std::vector<double>>(built) &&
+             absl::c_equal(wire.floats().values(), std::get<std::vector<double>>(built), SameBits);
+    case v1::AttrValue::kStrings:
+      return std::holds_alternative<std::vector<std::string>>(built) &&
+             absl::c_equal(wire.strings().values(), std::get<std::vector<std::string>>(built));
+    case v1::AttrValue::VALUE_NOT_SET:
+      break;
+  }
+  return false;
+}
+
+bool SameOp(const v1::Op& wire, const graph::Op& built) {
+  if (wire.op() != built.op || wire.no_grad() != built.no_grad ||
+      !absl::c_equal(wire.inputs(), built.inputs) ||
+      !absl::c_equal(wire.outputs(), built.outputs) || wire.has_body() != (built.body != nullptr) ||
+      static_cast<size_t>(wire.attrs_size()) != built.attrs.values().size()) {
+    return false;
+  }
+  for (const auto& [name, value] : wire.attrs()) {
+    auto it = built.attrs.values().find(name);
+    if (it == built.attrs.values().end() || !SameAttr(value, it->second)) return false;
+  }
+  return !wire.has_body() || SameStructure(wire.body(), *built.body);
 }
 
 absl::StatusOr<graph::BackwardCall> BuildCall(const v1::BackwardCall& call, int index,
@@ -399,8 +452,29 @@ v1::DType ToProto(DType dtype) {
   return v1::DTYPE_UNSPECIFIED;
 }
 
+bool SameStructure(const v1::Graph& wire, const graph::Graph& built) {
+  if (!absl::c_equal(wire.inputs(), built.inputs) ||
+      !absl::c_equal(wire.outputs(), built.outputs) ||
+      static_cast<size_t>(wire.leaves_size()) != built.leaves.size() ||
+      static_cast<size_t>(wire.ops_size()) != built.ops.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < built.leaves.size(); ++i) {
+    const v1::Leaf& leaf = wire.leaves(static_cast<int>(i));
+    if (leaf.name() != built.leaves[i].name ||
+        leaf.requires_grad() != built.leaves[i].requires_grad) {
+      return false;
+    }
+  }
+  for (size_t i = 0; i < built.ops.size(); ++i) {
+    if (!SameOp(wire.ops(static_cast<int>(i)), built.ops[i])) return false;
+  }
+  return true;
+}
+
 absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const graph::Limits& limits,
-                                        const ChunkedRequest* chunked) {
+                                        const ChunkedRequest* chunked,
+                                        std::shared_ptr<graph::Graph> same_structure) {
   // Pass one: nothing is allocated until the whole request is known to fit.
   if (request.calls_size() > limits.max_backward_calls) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -425,9 +499,19 @@ absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const gr
   // Pass two.
   try {
     EngineRequest out;
-    absl::StatusOr<graph::Graph> g = BuildGraph(request.graph(), limits, chunked, "");
-    if (!g.ok()) return g.status();
-    out.graph = *std::move(g);
+    if (same_structure != nullptr) {
+      // Only the top level's leaves (Note [Reusing a validated graph]).
+      for (int i = 0; i < request.graph().leaves_size(); ++i) {
+        absl::StatusOr<Tensor> value = LeafValue(request.graph().leaves(i), limits, chunked, "");
+        if (!value.ok()) return value.status();
+        same_structure->leaves[static_cast<size_t>(i)].value = *std::move(value);
+      }
+      out.graph = std::move(same_structure);
+    } else {
+      absl::StatusOr<graph::Graph> g = BuildGraph(request.graph(), limits, chunked, "");
+      if (!g.ok()) return g.status();
+      out.graph = std::make_shared<graph::Graph>(*std::move(g));
+    }
     out.calls.reserve(request.calls_size());
     for (int c = 0; c < request.calls_size(); ++c) {
       absl::StatusOr<graph::BackwardCall> call = BuildCall(request.calls(c), c, limits, chunked);

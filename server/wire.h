@@ -12,6 +12,7 @@
 #ifndef GRADSERVE_SERVER_WIRE_H_
 #define GRADSERVE_SERVER_WIRE_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,17 +28,28 @@ namespace gradserve::server {
 
 // A request in the engine's terms.
 struct EngineRequest {
-  graph::Graph graph;
+  std::shared_ptr<graph::Graph> graph;  // never null
   std::vector<graph::BackwardCall> calls;
 };
 
 // Checks the request against limits (Note [Validate before allocating]), then builds the graph
 // and calls. chunked, if not null, is the streamed request that request was parsed from, which
 // holds the bytes of its big tensors (Note [Tensor bytes left in the chunks]); tensors may
-// adopt them. Errors: INVALID_ARGUMENT for malformed content, RESOURCE_EXHAUSTED past a limit;
-// each message names the leaf, op, call or seed and the field involved.
+// adopt them. same_structure, if not null, is a graph without checkpoint bodies for which
+// SameStructure(request.graph(), *same_structure) holds, and which nothing else uses: its
+// leaves take the request's values and it becomes the result's graph, instead of a new one
+// (Note [Reusing a validated graph] in server/graph_cache.h). Errors: INVALID_ARGUMENT for
+// malformed content, RESOURCE_EXHAUSTED past a limit; each message names the leaf, op, call or
+// seed and the field involved.
 absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const graph::Limits& limits,
-                                        const ChunkedRequest* chunked = nullptr);
+                                        const ChunkedRequest* chunked = nullptr,
+                                        std::shared_ptr<graph::Graph> same_structure = nullptr);
+
+// Whether FromProto would build, from wire, a graph equal to built in everything but its leaves'
+// values: the same leaf names and requires_grad flags, and the same ops, with the same names,
+// attributes (floats compared bit for bit) and no_grad flags, and the same bodies. So Validate's
+// verdict on built holds for that graph, but for its leaves' values (ValidateLeafValues).
+bool SameStructure(const v1::Graph& wire, const graph::Graph& built);
 
 // Copies a tensor (any device, any layout) into a wire tensor with raw bytes. An undefined
 // tensor leaves out untouched. With deferred (a streamed response), the bytes of a big tensor

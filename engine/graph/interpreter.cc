@@ -284,15 +284,14 @@ absl::flat_hash_set<const autograd::Node*> ReachableNodes(const TensorList& root
 // The friend of RecordedGraph that does its work.
 class Interpreter {
  public:
+  // Runs a graph that passed its checks forward; slots are Validate's for it.
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
-      const std::shared_ptr<const Graph>& shared_graph, const Limits& limits,
-      std::shared_ptr<autograd::CancellationToken> cancel) {
+      const std::shared_ptr<const Graph>& shared_graph, std::shared_ptr<const ValueSlots> slots,
+      const Limits& limits, std::shared_ptr<autograd::CancellationToken> cancel) {
     const Graph& graph = *shared_graph;
-    absl::StatusOr<std::unique_ptr<const ValueSlots>> slots = Validate(graph, limits);
-    if (!slots.ok()) return slots.status();
     std::unique_ptr<RecordedGraph> recorded(new RecordedGraph);
     recorded->graph_ = shared_graph;
-    recorded->slots_ = std::move(*slots);
+    recorded->slots_ = std::move(slots);
     recorded->limits_ = limits;
     recorded->cancel_ = cancel;
     recorded->budget_ = std::make_shared<MemoryBudget>(limits.max_memory_bytes);
@@ -390,7 +389,16 @@ class Interpreter {
 absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(
     std::shared_ptr<const Graph> graph, const Limits& limits,
     std::shared_ptr<autograd::CancellationToken> cancel) {
-  return Interpreter::Record(graph, limits, std::move(cancel));
+  absl::StatusOr<std::unique_ptr<const ValueSlots>> slots = Validate(*graph, limits);
+  if (!slots.ok()) return slots.status();
+  return Interpreter::Record(graph, *std::move(slots), limits, std::move(cancel));
+}
+
+absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::RecordValidated(
+    std::shared_ptr<const Graph> graph, std::shared_ptr<const ValueSlots> slots,
+    const Limits& limits, std::shared_ptr<autograd::CancellationToken> cancel) {
+  if (absl::Status s = ValidateLeafValues(*graph, limits); !s.ok()) return s;
+  return Interpreter::Record(graph, std::move(slots), limits, std::move(cancel));
 }
 
 absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(

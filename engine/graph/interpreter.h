@@ -28,6 +28,8 @@ struct Limits {
   int64_t max_memory_bytes = int64_t{4} << 30;     // all tensors of the request at once
   int64_t max_nesting = 128;                       // sub-graphs within sub-graphs
   int64_t max_backward_calls = 64;
+
+  friend bool operator==(const Limits&, const Limits&) = default;
 };
 
 // Checks a graph without running it: names defined before use and unique, ops known, input
@@ -37,6 +39,13 @@ struct Limits {
 // slots]), which view graph's names: graph must outlive them.
 absl::StatusOr<std::unique_ptr<const ValueSlots>> Validate(const Graph& graph,
                                                            const Limits& limits);
+
+// Validate's checks of the leaves' values alone, those of checkpoint bodies included: each has
+// a tensor, a floating dtype where it requires grad, and its elements and all leaves' bytes
+// within limits. Errors are Validate's. Validate runs them too; they are all of it that a
+// graph whose leaves alone changed needs again (Note [Reusing a validated graph] in
+// server/graph_cache.h).
+absl::Status ValidateLeafValues(const Graph& graph, const Limits& limits);
 
 // A graph run forward in grad mode, holding its autograd graph.
 //
@@ -56,6 +65,14 @@ class RecordedGraph {
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
       const Graph& graph, const Limits& limits,
       std::shared_ptr<autograd::CancellationToken> cancel = nullptr);
+  // Record for a graph that passed Validate(*graph, limits), which returned slots, and whose
+  // leaves' values alone may have been replaced since: checks only those (ValidateLeafValues),
+  // then runs the forward pass as Record does. Giving slots of another graph, or limits other
+  // than those Validate passed it with, is a programming error (Note [Reusing a validated
+  // graph] in server/graph_cache.h).
+  static absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordValidated(
+      std::shared_ptr<const Graph> graph, std::shared_ptr<const ValueSlots> slots,
+      const Limits& limits, std::shared_ptr<autograd::CancellationToken> cancel = nullptr);
 
   // Runs one backward call.
   absl::StatusOr<CallResult> Backward(const BackwardCall& call);
@@ -65,6 +82,8 @@ class RecordedGraph {
 
   // Nodes recorded by the forward pass.
   int64_t num_nodes() const { return num_nodes_; }
+  // The graph's value slots, as Validate returned them (Note [Value slots]).
+  const std::shared_ptr<const ValueSlots>& slots() const { return slots_; }
   const std::shared_ptr<MemoryBudget>& budget() const { return budget_; }
 
  private:

@@ -68,7 +68,7 @@ class Validator {
     for (size_t i = 0; i < graph.leaves.size(); ++i) {
       const Leaf& leaf = graph.leaves[i];
       if (absl::Status s = CheckLeaf(leaf, slots); !s.ok()) {
-        return WithContext(s, absl::StrCat(scope, "leaf #", i, " '", leaf.name, "'"));
+        return WithContext(s, LeafContext(scope, i, leaf));
       }
     }
     for (size_t i = 0; i < graph.ops.size(); ++i) {
@@ -112,7 +112,27 @@ class Validator {
     return absl::OkStatus();
   }
 
+  // The checks of CheckLeafValue on every leaf of graph and of the bodies its ops hold, in
+  // CheckGraph's order and with its errors (ValidateLeafValues).
+  absl::Status CheckLeafValues(const Graph& graph, const std::string& scope) {
+    for (size_t i = 0; i < graph.leaves.size(); ++i) {
+      if (absl::Status s = CheckLeafValue(graph.leaves[i]); !s.ok()) {
+        return WithContext(s, LeafContext(scope, i, graph.leaves[i]));
+      }
+    }
+    for (size_t i = 0; i < graph.ops.size(); ++i) {
+      const Op& op = graph.ops[i];
+      if (op.body == nullptr) continue;
+      if (absl::Status s = CheckLeafValues(*op.body, BodyScope(scope, i, op)); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
  private:
+  static std::string LeafContext(const std::string& scope, size_t index, const Leaf& leaf) {
+    return absl::StrCat(scope, "leaf #", index, " '", leaf.name, "'");
+  }
+
   // Gives name the next slot. by_name views the graph being checked, which outlives its check
   // (a map of copies cost a tenth of validating a small request).
   static absl::Status Define(const std::string& name, ValueSlots& slots) {
@@ -143,6 +163,11 @@ class Validator {
           "the graph has more than ", limits_.max_leaves, " leaves, over the limit max_leaves"));
     }
     if (absl::Status s = Define(leaf.name, slots); !s.ok()) return s;
+    return CheckLeafValue(leaf);
+  }
+
+  // What CheckLeaf checks of the leaf's value: all that depends on it.
+  absl::Status CheckLeafValue(const Leaf& leaf) {
     if (!leaf.value.defined()) return absl::InvalidArgumentError("the leaf has no tensor");
     if (leaf.requires_grad && !IsFloating(leaf.value.dtype())) {
       return absl::InvalidArgumentError(
@@ -332,6 +357,10 @@ absl::StatusOr<std::unique_ptr<const ValueSlots>> Validate(const Graph& graph,
   auto slots = std::make_unique<ValueSlots>();
   if (absl::Status s = Validator(limits).CheckGraph(graph, "", 0, *slots); !s.ok()) return s;
   return slots;
+}
+
+absl::Status ValidateLeafValues(const Graph& graph, const Limits& limits) {
+  return Validator(limits).CheckLeafValues(graph, "");
 }
 
 }  // namespace gradserve::graph

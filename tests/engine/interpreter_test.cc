@@ -326,6 +326,65 @@ TEST(InterpreterTest, ValidateAloneRejectsWithoutRunning) {
       Validate(Base().Leaf("v", F64({1, 2})).Op("add", {"x", "v"}, {"s"}).Build(), {}).ok());
 }
 
+// Note [Reusing a validated graph] (server/graph_cache.h): once Validate passed a graph, new
+// leaf values need only ValidateLeafValues, whose errors are Validate's, bodies' leaves
+// included; RecordValidated then records with the slots Validate gave.
+TEST(InterpreterTest, LeafValuesAloneCheckedAgainAsValidateChecksThem) {
+  GraphBuilder body;
+  body.Inputs({"a"}).Leaf("k", F64({2, 2, 2})).Op("mul", {"a", "k"}, {"m"}).Outputs({"m"});
+  GraphBuilder top = Base();
+  top.Op("checkpoint", {"x"}, {"y"}).last().body = body.BuildShared();
+  top.Op("mul", {"y", "c"}, {"h"}).Op("sum", {"h"}, {"loss"});
+  const Graph good = top.Build();
+  ASSERT_TRUE(Validate(good, {}).ok());
+  EXPECT_TRUE(ValidateLeafValues(good, {}).ok());
+
+  struct Case {
+    std::string name;
+    Graph graph;
+    Limits limits;
+  };
+  std::vector<Case> cases;
+  Graph no_tensor = good;
+  no_tensor.leaves[1].value = Tensor();
+  cases.push_back({"NoTensor", no_tensor, {}});
+  Graph integer = good;
+  integer.leaves[0].value = Tensor::FromVector<int64_t>({1, 2, 3}, {3});
+  cases.push_back({"IntegerRequiringGrad", integer, {}});
+  Limits few_elements;
+  few_elements.max_tensor_elements = 2;
+  cases.push_back({"TooManyElements", good, few_elements});
+  Limits few_bytes;
+  few_bytes.max_memory_bytes = 60;  // x and c fit (48 bytes), the body's k does not
+  cases.push_back({"BodyLeafOverTheBytes", good, few_bytes});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const absl::Status full = Validate(c.graph, c.limits).status();
+    ASSERT_FALSE(full.ok());
+    EXPECT_EQ(ValidateLeafValues(c.graph, c.limits), full);
+  }
+
+  // Recording with the slots of a validated graph whose leaves then changed.
+  auto shared = std::make_shared<Graph>(good);
+  absl::StatusOr<std::unique_ptr<const ValueSlots>> validated = Validate(*shared, {});
+  ASSERT_TRUE(validated.ok());
+  std::shared_ptr<const ValueSlots> slots = *std::move(validated);
+  shared->leaves[0].value = F64({-1, 0.5, 7});
+  auto reused = RecordedGraph::RecordValidated(shared, slots, {});
+  ASSERT_TRUE(reused.ok()) << reused.status();
+  EXPECT_EQ((*reused)->slots(), slots);
+  auto fresh = MustRecord(*shared);
+  ASSERT_NE(fresh, nullptr);
+  auto a = (*reused)->Backward(GradCall("loss", {"x"}));
+  auto b = fresh->Backward(GradCall("loss", {"x"}));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(BitIdentical(a->grads[0], b->grads[0]));
+  EXPECT_EQ(Values(a->grads[0]), (std::vector<double>{8, 10, 12}));  // 2 * c
+  shared->leaves[0].value = Tensor::FromVector<int64_t>({1, 2, 3}, {3});
+  EXPECT_EQ(RecordedGraph::RecordValidated(shared, slots, {}).status(),
+            Validate(*shared, {}).status());
+}
+
 // Note [Value slots]: slots in definition order, reads in op order, a body's slots its own.
 TEST(InterpreterTest, ValidateGivesEachValueASlot) {
   GraphBuilder body;

@@ -66,6 +66,25 @@ class ErrorStatusTest(unittest.TestCase):
         self.assertEqual(cm.exception.code(), INVALID_ARGUMENT, cm.exception.details())
         self.assertIn("malformed request", cm.exception.details())
 
+    def test_bad_values_in_a_graph_the_server_has_seen(self):
+        """Note [Reusing a validated graph]: a graph the server's threads have just checked,
+        sent again with leaf values that are wrong for it, fails as it would the first time,
+        and the good graph works again afterwards."""
+        def seen(x, w):
+            g = GraphBuilder().leaf("x", x, requires_grad=True).leaf("w", w)
+            g.op("mul", ["x", "w"], out="y").op("sum", ["y"], out="loss")
+            return g.backward_call("loss", inputs=["x"])
+
+        good = seen(np.ones(3), np.full(3, 2.0))
+        for _ in range(4):
+            np.testing.assert_array_equal(self.client.grad(good).calls[0]["x"], [2, 2, 2])
+        e = self.assert_fails(seen(np.ones(3, np.int64), np.ones(3)), INVALID_ARGUMENT,
+                              "leaf #0 'x'", "floating dtype")
+        self.assertIn("int64", e.message)
+        self.assert_fails(seen(np.ones(3), np.ones(4)), INVALID_ARGUMENT, "op #0", "'y'")
+        for _ in range(4):
+            np.testing.assert_array_equal(self.client.grad(good).calls[0]["x"], [2, 2, 2])
+
     def test_unknown_op(self):
         g = self.graph().op("frobnicate", ["x"], out="y").op("sum", ["y"], out="loss")
         g.backward_call("loss", inputs=["x"])

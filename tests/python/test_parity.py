@@ -135,6 +135,32 @@ class HandWrittenParityTest(ServerTestCase):
             g.grad_call([w], [x, y, z], {w: seed})
             self.run_dual(g, {w: g.values[w].detach().numpy()})
 
+    def test_one_graph_sent_again_with_new_values(self):
+        """Note [Reusing a validated graph]: each server thread keeps the last graph it checked.
+        The same graph sent again with new leaf values, shapes and dtypes, in turn with another
+        graph, must still give PyTorch's gradients."""
+        def same_graph(step, shape, dtype):
+            g = DualGraph()
+            x = leaf(g, shape, 100 + step, dtype, name="x")
+            w = leaf(g, shape, 200 + step, dtype, requires_grad=False, name="w")
+            h = g.op("tanh", [g.op("mul", [x, w])])
+            loss = g.op("sum", [g.op("add", [h, g.op("mul", [x], other=0.5)])])
+            g.grad_call([loss], [x])
+            return g
+
+        def other_graph(step):
+            g = DualGraph()
+            x = leaf(g, (4,), 300 + step, name="x")
+            g.grad_call([g.op("sum", [g.op("sin", [x])])], [x])
+            return g
+
+        steps = [((8,), np.float32), ((8,), np.float32), ((3, 2), np.float64), ((), np.float64),
+                 ((8,), np.float32)]
+        for step, (shape, dtype) in enumerate(steps * 4):
+            self.run_dual(same_graph(step, shape, dtype))
+            if step % 3 == 2:
+                self.run_dual(other_graph(step))
+
     def test_fan_in(self):
         g = DualGraph()
         x = leaf(g, (5,), 5)

@@ -88,7 +88,7 @@ TEST_F(GradServerTest, MlpMatchesHandComputationAndEngine) {
   // The engine run directly on the same graph agrees exactly.
   absl::StatusOr<server::EngineRequest> direct = server::FromProto(rb.request(), graph::Limits());
   ASSERT_TRUE(direct.ok()) << direct.status();
-  auto recorded = graph::RecordedGraph::Record(direct->graph, graph::Limits());
+  auto recorded = graph::RecordedGraph::Record(*direct->graph, graph::Limits());
   ASSERT_TRUE(recorded.ok()) << recorded.status();
   absl::StatusOr<graph::CallResult> engine = (*recorded)->Backward(direct->calls[0]);
   ASSERT_TRUE(engine.ok()) << engine.status();

@@ -89,7 +89,7 @@ TEST(ChunkedRequestTest, BigTensorBytesStayInTheChunksAcrossOddBoundaries) {
     absl::StatusOr<server::EngineRequest> engine =
         server::FromProto(parsed, graph::Limits(), &chunked);
     ASSERT_TRUE(engine.ok()) << engine.status();
-    const Tensor& leaf = engine->graph.leaves[0].value;
+    const Tensor& leaf = engine->graph->leaves[0].value;
     ASSERT_EQ(leaf.numel(), n);
     EXPECT_EQ(std::memcmp(leaf.raw_data(), request.graph().leaves(0).value().data().data(),
                           leaf.nbytes()),

@@ -1,0 +1,134 @@
+// GraphLease and the per-thread cache behind it (graph_cache.h).
+
+#include "server/graph_cache.h"
+
+#include <atomic>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "server/wire.h"
+
+namespace gradserve::server {
+namespace {
+
+// What one thread keeps (Note [Reusing a validated graph]).
+struct Kept {
+  std::shared_ptr<graph::Graph> graph;  // null: nothing kept
+  std::shared_ptr<const graph::ValueSlots> slots;
+  graph::Limits limits;
+};
+
+class ThreadCache {
+ public:
+  // This thread's cache, or null once the thread has destroyed it (on its way out).
+  static Kept* Get() {
+    if (gone_) return nullptr;
+    thread_local ThreadCache cache;
+    return &cache.kept_;
+  }
+  ~ThreadCache() { gone_ = true; }
+
+ private:
+  static thread_local bool gone_;  // constant-initialized, so never destroyed
+  Kept kept_;
+};
+
+thread_local bool ThreadCache::gone_ = false;
+
+// The bytes an attribute's value holds beyond its variant.
+int64_t ValueBytes(const ops::AttrValue& value) {
+  return std::visit(
+      [](const auto& v) -> int64_t {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          return static_cast<int64_t>(v.size());
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          int64_t bytes = 0;
+          for (const std::string& s : v) bytes += static_cast<int64_t>(sizeof(s) + s.size());
+          return bytes;
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>> ||
+                             std::is_same_v<T, std::vector<double>>) {
+          return static_cast<int64_t>(v.size() * sizeof(v[0]));
+        } else {
+          return 0;
+        }
+      },
+      value);
+}
+
+int64_t NamesBytes(const std::vector<std::string>& names) {
+  int64_t bytes = 0;
+  for (const std::string& name : names) bytes += static_cast<int64_t>(name.size());
+  return bytes;
+}
+
+// Whether a validated graph is one to keep: small, and without checkpoint bodies (whose leaves
+// FromProto does not rebuild into a reused graph).
+bool Qualifies(const graph::Graph& g) {
+  if (!g.inputs.empty() || !g.outputs.empty() ||
+      static_cast<int64_t>(g.ops.size()) > GraphLease::kMaxOps) {
+    return false;
+  }
+  int64_t bytes = 0;
+  for (const graph::Leaf& leaf : g.leaves) bytes += static_cast<int64_t>(leaf.name.size());
+  for (const graph::Op& op : g.ops) {
+    if (op.body != nullptr) return false;
+    bytes += static_cast<int64_t>(op.op.size()) + NamesBytes(op.inputs) + NamesBytes(op.outputs);
+    for (const auto& [name, value] : op.attrs.values()) {
+      bytes += static_cast<int64_t>(name.size()) + ValueBytes(value);
+    }
+  }
+  return bytes <= GraphLease::kMaxStructureBytes;
+}
+
+}  // namespace
+
+GraphLease::GraphLease(const v1::Graph& wire, const graph::Limits& limits, bool enabled)
+    : limits_(limits), enabled_(enabled) {
+  if (!enabled_) return;
+  Kept* kept = ThreadCache::Get();
+  if (kept == nullptr || kept->graph == nullptr || !(kept->limits == limits) ||
+      !SameStructure(wire, *kept->graph)) {
+    return;
+  }
+  reused_ = std::move(kept->graph);
+  reused_slots_ = std::move(kept->slots);
+}
+
+absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> GraphLease::Record(
+    std::shared_ptr<graph::Graph> graph, std::shared_ptr<autograd::CancellationToken> cancel) {
+  const bool reusing = reused_ != nullptr && graph == reused_;
+  absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> recorded =
+      reusing
+          ? graph::RecordedGraph::RecordValidated(graph, reused_slots_, limits_, std::move(cancel))
+          : graph::RecordedGraph::Record(graph, limits_, std::move(cancel));
+  if (recorded.ok() && enabled_ && (reusing || Qualifies(*graph))) {
+    recorded_ = std::move(graph);
+    recorded_slots_ = (*recorded)->slots();
+  } else if (reusing && !recorded.ok()) {
+    // What failed depends on the leaves' values; Validate's verdict on the rest stands.
+    recorded_ = std::move(graph);
+    recorded_slots_ = reused_slots_;
+  }
+  return recorded;
+}
+
+GraphLease::~GraphLease() {
+  reused_.reset();
+  reused_slots_.reset();
+  if (recorded_ == nullptr) return;
+  // A Node that another thread released last published its writes with that release; the
+  // fence makes them visible before the leaves are written below.
+  if (recorded_.use_count() != 1) return;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  Kept* kept = ThreadCache::Get();
+  if (kept == nullptr) return;
+  for (graph::Leaf& leaf : recorded_->leaves) leaf.value = Tensor();
+  kept->graph = std::move(recorded_);
+  kept->slots = std::move(recorded_slots_);
+  kept->limits = limits_;
+}
+
+}  // namespace gradserve::server

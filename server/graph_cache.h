@@ -1,0 +1,82 @@
+// The graph a thread last validated, kept so that a request with the same graph and new leaf
+// values skips building and checking it again.
+//
+// Note [Reusing a validated graph]
+// Clients send one graph again and again with new leaf values: one request per training step,
+// per sample, per parameter update. For a small graph, building the engine's Graph from the
+// wire (every op's names and attributes) and checking it (graph::Validate) were about a tenth of
+// what the server spends on the whole request (docs/benchmarks.md). So each thread that runs
+// requests keeps the last small graph it validated, with the value slots Validate returned for
+// it. A request whose graph has its structure (SameStructure in server/wire.h: the same leaf
+// names and flags, the same ops with the same names, attributes and flags) takes it: only the
+// leaves' values are built from the wire, into it, and checked (ValidateLeafValues), and it is
+// recorded with the kept slots (RecordedGraph::RecordValidated). Everything Validate's verdict
+// depends on is compared, under the same limits, and the one thing that is not compared, the
+// leaves' values, is checked again, so a request gets the same errors and the same gradients
+// from a reused graph as from a new one.
+//
+// Ownership: a request takes the graph out of its thread's cache (a GraphLease) and gives it
+// back when it ends, so two requests never share one. It is kept only if nothing else holds it
+// by then (no Node of its backward still alive elsewhere), because its leaves are written on
+// the next reuse.
+//
+// Bounds: one graph per thread; kept only without checkpoint bodies, with at most kMaxOps ops,
+// and at most kMaxStructureBytes of names, attribute values and leaf names. Its leaves' values
+// are dropped before it is kept, so no client data outlives its request.
+
+#ifndef GRADSERVE_SERVER_GRAPH_CACHE_H_
+#define GRADSERVE_SERVER_GRAPH_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "engine/autograd/cancellation.h"
+#include "engine/graph/graph.h"
+#include "engine/graph/interpreter.h"
+#include "engine/graph/value_slots.h"
+#include "gradserve/v1/gradserve.pb.h"
+
+namespace gradserve::server {
+
+// One request's use of its thread's kept graph (Note [Reusing a validated graph]).
+//
+// Thread safety: a lease is made, used and destroyed on one thread; each thread has its own
+// cache.
+class GraphLease {
+ public:
+  // Graphs larger than these are not kept.
+  static constexpr int64_t kMaxOps = 256;
+  static constexpr int64_t kMaxStructureBytes = int64_t{16} << 10;
+
+  // Takes the thread's kept graph if wire has its structure and it was validated under limits.
+  // A disabled lease neither takes nor keeps anything.
+  GraphLease(const v1::Graph& wire, const graph::Limits& limits, bool enabled = true);
+  // Keeps the recorded graph for the thread's next request, if it qualifies (see above).
+  ~GraphLease();
+
+  GraphLease(const GraphLease&) = delete;
+  GraphLease& operator=(const GraphLease&) = delete;
+
+  // The kept graph to build the request into (FromProto's same_structure), or null.
+  const std::shared_ptr<graph::Graph>& reusable() const { return reused_; }
+
+  // Records graph, FromProto's result: with the kept slots if it is the reusable() one
+  // (RecordedGraph::RecordValidated), else validating it (RecordedGraph::Record). Once this
+  // succeeded, the destructor may keep graph. Call it at most once.
+  absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> Record(
+      std::shared_ptr<graph::Graph> graph, std::shared_ptr<autograd::CancellationToken> cancel);
+
+ private:
+  const graph::Limits& limits_;
+  const bool enabled_;
+  std::shared_ptr<graph::Graph> reused_;
+  std::shared_ptr<const graph::ValueSlots> reused_slots_;
+  // What Record recorded, to keep at the end.
+  std::shared_ptr<graph::Graph> recorded_;
+  std::shared_ptr<const graph::ValueSlots> recorded_slots_;
+};
+
+}  // namespace gradserve::server
+
+#endif  // GRADSERVE_SERVER_GRAPH_CACHE_H_
