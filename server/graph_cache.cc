@@ -37,6 +37,15 @@ class ThreadCache {
 
 thread_local bool ThreadCache::gone_ = false;
 
+// A string's bytes, the object's included: what many short names cost.
+int64_t StringBytes(const std::string& s) { return static_cast<int64_t>(sizeof(s) + s.size()); }
+
+int64_t StringsBytes(const std::vector<std::string>& strings) {
+  int64_t bytes = 0;
+  for (const std::string& s : strings) bytes += StringBytes(s);
+  return bytes;
+}
+
 // The bytes an attribute's value holds beyond its variant.
 int64_t ValueBytes(const ops::AttrValue& value) {
   return std::visit(
@@ -45,9 +54,7 @@ int64_t ValueBytes(const ops::AttrValue& value) {
         if constexpr (std::is_same_v<T, std::string>) {
           return static_cast<int64_t>(v.size());
         } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-          int64_t bytes = 0;
-          for (const std::string& s : v) bytes += static_cast<int64_t>(sizeof(s) + s.size());
-          return bytes;
+          return StringsBytes(v);
         } else if constexpr (std::is_same_v<T, std::vector<int64_t>> ||
                              std::is_same_v<T, std::vector<double>>) {
           return static_cast<int64_t>(v.size() * sizeof(v[0]));
@@ -58,12 +65,6 @@ int64_t ValueBytes(const ops::AttrValue& value) {
       value);
 }
 
-int64_t NamesBytes(const std::vector<std::string>& names) {
-  int64_t bytes = 0;
-  for (const std::string& name : names) bytes += static_cast<int64_t>(name.size());
-  return bytes;
-}
-
 // Whether a validated graph is one to keep: small, and without checkpoint bodies (whose leaves
 // FromProto does not rebuild into a reused graph).
 bool Qualifies(const graph::Graph& g) {
@@ -72,12 +73,13 @@ bool Qualifies(const graph::Graph& g) {
     return false;
   }
   int64_t bytes = 0;
-  for (const graph::Leaf& leaf : g.leaves) bytes += static_cast<int64_t>(leaf.name.size());
+  for (const graph::Leaf& leaf : g.leaves) bytes += StringBytes(leaf.name);
   for (const graph::Op& op : g.ops) {
     if (op.body != nullptr) return false;
-    bytes += static_cast<int64_t>(op.op.size()) + NamesBytes(op.inputs) + NamesBytes(op.outputs);
+    bytes += StringBytes(op.op) + StringsBytes(op.inputs) + StringsBytes(op.outputs);
+    // Validate held each op to its schema's attributes, so there are few of them.
     for (const auto& [name, value] : op.attrs.values()) {
-      bytes += static_cast<int64_t>(name.size()) + ValueBytes(value);
+      bytes += StringBytes(name) + ValueBytes(value);
     }
   }
   return bytes <= GraphLease::kMaxStructureBytes;
