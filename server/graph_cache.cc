@@ -8,6 +8,7 @@
 #include <variant>
 #include <vector>
 
+#include "server/per_thread.h"
 #include "server/wire.h"
 
 namespace gradserve::server {
@@ -19,23 +20,6 @@ struct Kept {
   std::shared_ptr<const graph::ValueSlots> slots;
   graph::Limits limits;
 };
-
-class ThreadCache {
- public:
-  // This thread's cache, or null once the thread has destroyed it (on its way out).
-  static Kept* Get() {
-    if (gone_) return nullptr;
-    thread_local ThreadCache cache;
-    return &cache.kept_;
-  }
-  ~ThreadCache() { gone_ = true; }
-
- private:
-  static thread_local bool gone_;  // constant-initialized, so never destroyed
-  Kept kept_;
-};
-
-thread_local bool ThreadCache::gone_ = false;
 
 // A string's bytes, the object's included: what many short names cost.
 int64_t StringBytes(const std::string& s) { return static_cast<int64_t>(sizeof(s) + s.size()); }
@@ -90,7 +74,7 @@ bool Qualifies(const graph::Graph& g) {
 GraphLease::GraphLease(const v1::Graph& wire, const graph::Limits& limits, bool enabled)
     : limits_(limits), enabled_(enabled) {
   if (!enabled_) return;
-  Kept* kept = ThreadCache::Get();
+  Kept* kept = PerThread<Kept>::Get();
   if (kept == nullptr || kept->graph == nullptr || !(kept->limits == limits) ||
       !SameStructure(wire, *kept->graph)) {
     return;
@@ -125,7 +109,7 @@ GraphLease::~GraphLease() {
   // fence makes them visible before the leaves are written below.
   if (recorded_.use_count() != 1) return;
   std::atomic_thread_fence(std::memory_order_acquire);
-  Kept* kept = ThreadCache::Get();
+  Kept* kept = PerThread<Kept>::Get();
   if (kept == nullptr) return;
   for (graph::Leaf& leaf : recorded_->leaves) leaf.value = Tensor();
   kept->graph = std::move(recorded_);

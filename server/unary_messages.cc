@@ -6,29 +6,15 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/slice.h"
+#include "server/per_thread.h"
 #include "server/wire.h"
 
 namespace gradserve::server {
 namespace {
 
-// Holders given back on this thread, reset. Each thread's cache is its own, so it needs no
-// lock; a holder may be taken on one thread and given back on another.
-class HolderCache {
- public:
-  // This thread's cache, or null once the thread has destroyed it (on its way out).
-  static std::vector<std::unique_ptr<UnaryMessages>>* Get() {
-    if (gone_) return nullptr;
-    thread_local HolderCache cache;
-    return &cache.holders_;
-  }
-  ~HolderCache() { gone_ = true; }
-
- private:
-  static thread_local bool gone_;  // constant-initialized, so never destroyed
-  std::vector<std::unique_ptr<UnaryMessages>> holders_;
-};
-
-thread_local bool HolderCache::gone_ = false;
+// Holders given back on a thread, reset. Each thread's cache is its own, so it needs no lock;
+// a holder may be taken on one thread and given back on another.
+using HolderCache = PerThread<std::vector<std::unique_ptr<UnaryMessages>>>;
 
 }  // namespace
 
