@@ -5,7 +5,6 @@
 #include "server/per_thread.h"
 
 #include <thread>
-#include <vector>
 
 #include "gtest/gtest.h"
 
