@@ -214,9 +214,8 @@ void CheckClassWeight(const char* op, const Tensor& input, const Tensor& class_w
 // positions set to class 0 so it can index. The weight is 0 where ignored, else the target
 // class's weight (1 without class weights), divided by `total` for "mean".
 //
-// The kernels skip a position of weight 0 (an ignored one, or one whose class weighs 0), so
-// such a position adds 0 even where its log-probability is -inf; PyTorch multiplies, which
-// gives NaN for a class of weight 0 at a log-probability of -inf.
+// The forward kernels tell an ignored position (0) from one whose class weighs 0 (-x * 0,
+// NaN at a log-probability of -inf, as PyTorch's) by the target itself, not by the weight.
 struct NllWeights {
   Tensor weight;       // target's shape, the input's dtype
   Tensor safe_target;  // int64, target's shape
@@ -317,19 +316,19 @@ class NllLossBackward final : public Node {
   SavedVariable safe_target_;
 };
 
-void NllLossCpu(const Tensor& x, const Tensor& weight, const Tensor& safe_target, DimSplit s,
-                Reduction reduction, int64_t count, const Tensor& out) {
+void NllLossCpu(const Tensor& x, const Tensor& weight, const Tensor& target, int64_t ignore_index,
+                DimSplit s, Reduction reduction, int64_t count, const Tensor& out) {
   DispatchFloating(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* xv = x.data<T>();
     const T* wv = weight.data<T>();
-    const int64_t* tv = safe_target.data<int64_t>();
+    const int64_t* tv = target.data<int64_t>();
     T* ov = out.data<T>();
     Acc total = 0;
     for (int64_t n = 0; n < s.outer; ++n) {
       for (int64_t i = 0; i < s.inner; ++i) {
         const int64_t p = n * s.inner + i;
-        const T v = wv[p] == T(0) ? T(0) : -xv[(n * s.size + tv[p]) * s.inner + i] * wv[p];
+        const T v = tv[p] == ignore_index ? T(0) : -xv[(n * s.size + tv[p]) * s.inner + i] * wv[p];
         if (reduction == Reduction::kNone) {
           ov[p] = v;
         } else {
@@ -363,7 +362,8 @@ Tensor NllLossImpl(const Tensor& input, const Tensor& target, const Tensor& clas
   const DimSplit s = SplitAt(input.shape(), class_dim);  // [N, C, spatial]
   Tensor out = Tensor::Empty(reduction == Reduction::kNone ? target.shape() : Shape{},
                              input.dtype(), input.device());
-  nll_loss_stub(out.device(), x, w.weight, w.safe_target, s, reduction, w.count, out);
+  nll_loss_stub(out.device(), x, w.weight, target.contiguous(), ignore_index, s, reduction, w.count,
+                out);
   RecordIfNeeded(out, {input},
                  [&] { return MakeNode<NllLossBackward>(input.shape(), class_dim, std::move(w)); });
   return out;

@@ -68,11 +68,14 @@ using LayerNormBackwardFn = void(const Tensor& x, const Tensor& g, const Tensor&
                                  const Tensor& gx, const Tensor& gw, const Tensor& gb);
 extern KernelStub<LayerNormBackwardFn> layer_norm_backward_stub;
 
-// nll_loss forward: x [outer, C, inner] log-probabilities, weight and safe_target of the
-// target's shape [outer, inner]; out is [outer, inner] for kNone, else []. count: positions
-// not ignored ("mean" of none is NaN).
-using NllLossFn = void(const Tensor& x, const Tensor& weight, const Tensor& safe_target, DimSplit s,
-                       Reduction reduction, int64_t count, const Tensor& out);
+// nll_loss forward: x [outer, C, inner] log-probabilities, weight and target (int64,
+// contiguous) of the target's shape [outer, inner]; out is [outer, inner] for kNone, else [].
+// A position whose target is ignore_index adds 0; any other adds -x * weight, as PyTorch's
+// (NaN for a weight of 0 at a log-probability of -inf). count: positions not ignored ("mean"
+// of none is NaN).
+using NllLossFn = void(const Tensor& x, const Tensor& weight, const Tensor& target,
+                       int64_t ignore_index, DimSplit s, Reduction reduction, int64_t count,
+                       const Tensor& out);
 extern KernelStub<NllLossFn> nll_loss_stub;
 
 // mse_loss forward over x and t of one shape: out of that shape for kNone, else [].

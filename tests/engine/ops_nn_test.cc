@@ -1,5 +1,6 @@
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -232,6 +233,19 @@ TEST(CrossEntropyTest, ClassWeights) {
   ExpectNear(
       cross_entropy(logits, I64({0, 0, 0}, {3}), Reduction::kMean, -100, 0, F64({0, 1, 1}, {3})),
       {std::nan("")});
+
+  // A class of weight 0 still multiplies: at a log-probability of -inf it gives NaN, as
+  // PyTorch's -(-inf) * 0; an ignored position gives 0 whatever its log-probability (values
+  // from PyTorch 1.13's F.nll_loss).
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor log_probs = F64({-inf, -1, -2, -0.5, -inf, -3}, {2, 3});
+  const Tensor zero_first = F64({0, 1, 1}, {3});
+  const Tensor target02 = I64({0, 2}, {2});
+  ExpectNear(nll_loss(log_probs, target02, Reduction::kNone, -100, zero_first), {std::nan(""), 3});
+  ExpectNear(nll_loss(log_probs, target02, Reduction::kSum, -100, zero_first), {std::nan("")});
+  ExpectNear(nll_loss(log_probs, target02, Reduction::kMean, -100, zero_first), {std::nan("")});
+  ExpectNear(nll_loss(log_probs, target02, Reduction::kNone, /*ignore_index=*/0), {0, 3});
+  ExpectNear(nll_loss(log_probs, target02, Reduction::kSum, /*ignore_index=*/0), {3});
 
   for (double smoothing : {0.0, 0.3}) {
     for (Reduction r : {Reduction::kMean, Reduction::kSum, Reduction::kNone}) {

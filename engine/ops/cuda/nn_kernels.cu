@@ -258,38 +258,40 @@ void LayerNormBackwardCuda(const Tensor& x, const Tensor& g, const Tensor& weigh
 // ---------------------------------------------------------------------------------------------
 // nll_loss and mse_loss.
 
-// The loss at target position p of [outer, inner] (0 where ignored: weight 0).
+// The loss at target position p of [outer, inner]: 0 where ignored, else -x * w (NaN for a
+// weight of 0 at -inf, as PyTorch's).
 template <typename T>
-__device__ T NllAt(const T* x, const T* w, const int64_t* t, int64_t p, int64_t size,
-                   int64_t inner) {
+__device__ T NllAt(const T* x, const T* w, const int64_t* t, int64_t ignore_index, int64_t p,
+                   int64_t size, int64_t inner) {
   const int64_t n = p / inner, i = p % inner;
-  return w[p] == T(0) ? T(0) : -x[(n * size + t[p]) * inner + i] * w[p];
+  return t[p] == ignore_index ? T(0) : -x[(n * size + t[p]) * inner + i] * w[p];
 }
 
 template <typename T>
-__global__ void NllLossNoneKernel(const T* x, const T* w, const int64_t* t, int64_t positions,
-                                  int64_t size, int64_t inner, T* out) {
+__global__ void NllLossNoneKernel(const T* x, const T* w, const int64_t* t, int64_t ignore_index,
+                                  int64_t positions, int64_t size, int64_t inner, T* out) {
   for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < positions;
        p += int64_t{gridDim.x} * blockDim.x) {
-    out[p] = NllAt(x, w, t, p, size, inner);
+    out[p] = NllAt(x, w, t, ignore_index, p, size, inner);
   }
 }
 
 // One block: out[0] = the sum (NaN for "mean" over no positions).
 template <typename T>
-__global__ void NllLossSumKernel(const T* x, const T* w, const int64_t* t, int64_t positions,
-                                 int64_t size, int64_t inner, bool nan_result, T* out) {
+__global__ void NllLossSumKernel(const T* x, const T* w, const int64_t* t, int64_t ignore_index,
+                                 int64_t positions, int64_t size, int64_t inner, bool nan_result,
+                                 T* out) {
   __shared__ double shared[kBlock];
   double total = 0;
   for (int64_t p = threadIdx.x; p < positions; p += kBlock) {
-    total += NllAt(x, w, t, p, size, inner);
+    total += NllAt(x, w, t, ignore_index, p, size, inner);
   }
   total = BlockReduce(total, AddOp{}, shared);
   if (threadIdx.x == 0) out[0] = nan_result ? static_cast<T>(NAN) : static_cast<T>(total);
 }
 
-void NllLossCuda(const Tensor& x, const Tensor& weight, const Tensor& safe_target, DimSplit s,
-                 Reduction reduction, int64_t count, const Tensor& out) {
+void NllLossCuda(const Tensor& x, const Tensor& weight, const Tensor& target, int64_t ignore_index,
+                 DimSplit s, Reduction reduction, int64_t count, const Tensor& out) {
   const int64_t positions = s.outer * s.inner;
   if (reduction == Reduction::kNone && positions == 0) return;
   const LaunchOn on(out);
@@ -297,14 +299,14 @@ void NllLossCuda(const Tensor& x, const Tensor& weight, const Tensor& safe_targe
     using T = decltype(tag);
     if (reduction == Reduction::kNone) {
       NllLossNoneKernel<T><<<BlocksFor(positions), kThreads, 0, on.stream()>>>(
-          x.data<T>(), weight.data<T>(), safe_target.data<int64_t>(), positions, s.size, s.inner,
-          out.data<T>());
+          x.data<T>(), weight.data<T>(), target.data<int64_t>(), ignore_index, positions, s.size,
+          s.inner, out.data<T>());
       GS_CUDA_CHECK_LAUNCH("NllLossNoneKernel");
     } else {
       const bool nan_result = reduction == Reduction::kMean && count == 0;
       NllLossSumKernel<T><<<1, kBlock, 0, on.stream()>>>(
-          x.data<T>(), weight.data<T>(), safe_target.data<int64_t>(), positions, s.size, s.inner,
-          nan_result, out.data<T>());
+          x.data<T>(), weight.data<T>(), target.data<int64_t>(), ignore_index, positions, s.size,
+          s.inner, nan_result, out.data<T>());
       GS_CUDA_CHECK_LAUNCH("NllLossSumKernel");
     }
   });
