@@ -231,13 +231,14 @@ grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerCont
                                                         const grpc::ByteBuffer* request,
                                                         grpc::ByteBuffer* response) {
   const absl::Time received = absl::Now();
-  UnaryMessages::Ptr messages = UnaryMessages::Take();
-  const absl::Status parsed = messages->ParseRequest(*request);
+  // Admitted before it is parsed: a full or draining server refuses a call without spending
+  // the parse's time and memory on it, so its log line has no request id.
   if (absl::Status admitted = Admit(); !admitted.ok()) {
-    Reject(messages->request().request_id(), "unary", admitted);
+    Reject("", "unary", admitted);
     return FinishNow(context, ToGrpcStatus(admitted));
   }
-  if (!parsed.ok()) {
+  UnaryMessages::Ptr messages = UnaryMessages::Take();
+  if (const absl::Status parsed = messages->ParseRequest(*request); !parsed.ok()) {
     Release("", "unary", parsed, received, 0, messages->request_bytes(), 0);
     return FinishNow(context, ToGrpcStatus(parsed));
   }

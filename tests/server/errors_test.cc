@@ -254,6 +254,10 @@ INSTANTIATE_TEST_SUITE_P(Table, BadRequestTest, ::testing::ValuesIn(Cases()),
 
 class ServerErrorTest : public ::testing::Test {};
 
+// Bytes that are no GradRequest (a varint that never ends, then text).
+constexpr char kGarbage[] = "\xff\xff\xff\xff\x0f garbage";
+constexpr int kGarbageBytes = sizeof(kGarbage) - 1;
+
 TEST_F(ServerErrorTest, MalformedBytesAreInvalidArgument) {
   TestServer server;
   auto stub = v1::GradService::NewStub(server.client().channel());
@@ -261,7 +265,7 @@ TEST_F(ServerErrorTest, MalformedBytesAreInvalidArgument) {
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   auto stream = stub->ComputeGradientsStream(&context);
   v1::Chunk chunk;
-  chunk.set_data(std::string("\xff\xff\xff\xff\x0f garbage", 13));
+  chunk.set_data(std::string(kGarbage, kGarbageBytes));
   stream->Write(chunk);
   stream->WritesDone();
   while (stream->Read(&chunk)) {
@@ -272,27 +276,32 @@ TEST_F(ServerErrorTest, MalformedBytesAreInvalidArgument) {
   EXPECT_TRUE(CheckSquareWorks(server.client()).ok());
 }
 
-// Note [Unary messages reused]: the server parses a unary request itself, and bytes that are
-// no GradRequest get the same answer as on the stream; the call is counted as failed.
-TEST_F(ServerErrorTest, MalformedUnaryBytesAreInvalidArgument) {
-  TestServer server;
+// Sends kGarbage as a unary ComputeGradients call, bypassing the client library's
+// serialization, and returns the call's status.
+grpc::Status SendGarbageUnary(TestServer& server) {
   grpc::GenericStub stub(server.client().channel());
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  static constexpr char kGarbage[] = "\xff\xff\xff\xff\x0f garbage";
-  grpc::Slice slice(kGarbage, sizeof(kGarbage) - 1);
+  grpc::Slice slice(kGarbage, kGarbageBytes);
   const grpc::ByteBuffer request(&slice, 1);
   grpc::ByteBuffer response;
   std::promise<grpc::Status> done;
   stub.UnaryCall(&context, "/gradserve.v1.GradService/ComputeGradients", grpc::StubOptions(),
                  &request, &response, [&](grpc::Status s) { done.set_value(std::move(s)); });
-  const grpc::Status status = done.get_future().get();
+  return done.get_future().get();
+}
+
+// Note [Unary messages reused]: the server parses a unary request itself, and bytes that are
+// no GradRequest get the same answer as on the stream; the call is counted as failed.
+TEST_F(ServerErrorTest, MalformedUnaryBytesAreInvalidArgument) {
+  TestServer server;
+  const grpc::Status status = SendGarbageUnary(server);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
   EXPECT_TRUE(absl::StrContains(status.error_message(), "malformed")) << status.error_message();
   absl::StatusOr<v1::ServerInfo> info = server.client().GetServerInfo();
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->counters().requests_failed(), 1);
-  EXPECT_EQ(info->counters().bytes_received(), 13);
+  EXPECT_EQ(info->counters().bytes_received(), kGarbageBytes);
   EXPECT_EQ(info->counters().in_flight(), 0);
   EXPECT_TRUE(CheckSquareWorks(server.client()).ok());
 }
@@ -367,6 +376,15 @@ TEST_F(ServerErrorTest, ServerFullIsResourceExhaustedAtOnce) {
   absl::StatusOr<v1::GradResponse> r = server.client().ComputeGradients(SquareRequest());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
   EXPECT_TRUE(absl::StrContains(r.status().message(), "--max_in_flight")) << r.status();
+  // A full server refuses a unary call before parsing it: bytes that would not parse get
+  // RESOURCE_EXHAUSTED, not INVALID_ARGUMENT, and are not counted as received.
+  const grpc::Status garbage = SendGarbageUnary(server);
+  EXPECT_EQ(garbage.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << garbage.error_message();
+  absl::StatusOr<v1::ServerInfo> info = server.client().GetServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->counters().requests_rejected(), 2);
+  EXPECT_EQ(info->counters().requests_failed(), 0);
+  EXPECT_EQ(info->counters().bytes_received(), 0);
   // Info and ping still answer while the server is full.
   EXPECT_TRUE(server.client().Ping("x").ok());
   canceller.Cancel();
