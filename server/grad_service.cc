@@ -254,7 +254,10 @@ grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerCont
   // Note [Inline or pool]: small enough to run on this thread.
   requests_inline_.fetch_add(1, std::memory_order_relaxed);
   job.cancel = MakeToken(context);
-  absl::Status status = Run(job);
+  // Destroyed after FinishNow, but gRPC sends an inline response only once this returns
+  // (Note [Teardown after the reply]).
+  GradRun run;
+  absl::Status status = Run(job, run);
   if (status.ok()) status = messages->SerializeResponse(response);
   return FinishNow(context, ToGrpcStatus(status));
 }
@@ -309,13 +312,16 @@ void GradService::EndInFlight() {
 }
 
 void GradService::Execute(Job job) {
-  pool_->Submit([this, job = std::move(job)] { job.done(Run(job)); });
+  pool_->Submit([this, job = std::move(job)] {
+    GradRun run;  // destroyed after job.done (Note [Teardown after the reply])
+    job.done(Run(job, run));
+  });
 }
 
-absl::Status GradService::Run(const Job& job) {
+absl::Status GradService::Run(const Job& job, GradRun& run) {
   if (options_.before_run_for_testing) options_.before_run_for_testing(*job.request, *job.cancel);
-  absl::Status status = RunGradRequest(*job.request, options_.limits, job.cancel, job.received,
-                                       job.response, job.chunked, job.deferred);
+  absl::Status status = run.Run(*job.request, options_.limits, job.cancel, job.received,
+                                job.response, job.chunked, job.deferred);
   int64_t bytes_out = 0;
   if (status.ok()) {
     bytes_out =

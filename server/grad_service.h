@@ -7,12 +7,13 @@
 // thread, as Ping does, and finishes gRPC's default reactor before the handler returns. Any
 // other call gets a small reactor that owns itself (deleted in OnDone) and is handed to the
 // WorkerPool of engine CPU workers; the gRPC thread returns at once and never waits on the
-// Engine. Either way, the same code (GradService::Run) runs the request (RunGradRequest) and
-// does the bookkeeping (counters, the log line, releasing admission); on the pool, finishing
-// the reactor is the last thing the worker touches. The client's deadline reaches the work
-// through a CancellationToken built with the call's deadline; on the pool, OnCancel cancels it
-// too (gRPC delivers OnCancel only after the handler returned, so not to inline work).
-// The streaming variant collects the chunks of the serialized request (at most
+// Engine. Either way, the same code (GradService::Run) runs the request (a GradRun) and does
+// the bookkeeping (counters, the log line, releasing admission); on the pool, finishing the
+// reactor is the last thing the worker touches of the call, and what the request made is freed
+// after that (Note [Teardown after the reply] in server/request_runner.h). The client's deadline
+// reaches the work through a CancellationToken built with the call's deadline; on the pool,
+// OnCancel cancels it too (gRPC delivers OnCancel only after the handler returned, so not to inline
+// work). The streaming variant collects the chunks of the serialized request (at most
 // max_request_bytes), runs it on the pool, then streams the serialized response back in
 // chunks of chunk_bytes.
 
@@ -31,6 +32,7 @@
 #include "engine/util/mutex.h"
 #include "gradserve/v1/gradserve.grpc.pb.h"
 #include "server/chunked_request.h"
+#include "server/request_runner.h"
 #include "server/server_options.h"
 #include "server/unary_messages.h"
 #include "server/worker_pool.h"
@@ -98,8 +100,10 @@ class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeG
   absl::Status Admit();
   // Queues an admitted job on the worker pool, where Run runs it and job.done follows.
   void Execute(Job job);
-  // Runs an admitted job on this thread and ends its accounting (Release); returns its status.
-  absl::Status Run(const Job& job);
+  // Runs an admitted job on this thread with run and ends its accounting (Release); returns
+  // its status. The caller destroys run once the response is on its way (Note [Teardown after
+  // the reply]).
+  absl::Status Run(const Job& job, GradRun& run);
   // Ends an admitted call's accounting: counters, the log line, admission released.
   void Release(const std::string& request_id, const std::string& rpc, const absl::Status& status,
                absl::Time received, int64_t nodes, int64_t bytes_in, int64_t bytes_out);

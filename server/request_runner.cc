@@ -20,17 +20,22 @@ absl::Status Prefixed(const absl::Status& s, absl::string_view prefix) {
   return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
 }
 
-absl::Status Run(const v1::GradRequest& request, const graph::Limits& limits,
-                 const std::shared_ptr<autograd::CancellationToken>& cancel, absl::Time admitted,
-                 v1::GradResponse* response, ChunkedRequest* chunked, ChunkedResponse* deferred) {
+}  // namespace
+
+GradRun::GradRun() = default;
+GradRun::~GradRun() = default;
+
+absl::Status GradRun::RunOrThrow(const v1::GradRequest& request, const graph::Limits& limits,
+                                 const std::shared_ptr<autograd::CancellationToken>& cancel,
+                                 absl::Time admitted, v1::GradResponse* response,
+                                 ChunkedRequest* chunked, ChunkedResponse* deferred) {
   const absl::Time picked = absl::Now();
   v1::Timings* timings = response->mutable_timings();
   timings->set_queue_us(Micros(picked - admitted));
   if (absl::Status s = cancel->Check(); !s.ok()) return s;
 
-  // Note [Reusing a validated graph]; a streamed request is too big to be worth it. Declared
-  // before the recorded graph, so that it outlives it.
-  GraphLease lease(request.graph(), limits, /*enabled=*/chunked == nullptr);
+  // Note [Reusing a validated graph]; a streamed request is too big to be worth it.
+  GraphLease& lease = lease_.emplace(request.graph(), limits, /*enabled=*/chunked == nullptr);
   absl::StatusOr<EngineRequest> converted = FromProto(request, limits, chunked, lease.reusable());
   if (chunked != nullptr) chunked->Clear();
   if (!converted.ok()) return converted.status();
@@ -38,7 +43,8 @@ absl::Status Run(const v1::GradRequest& request, const graph::Limits& limits,
   absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> recorded =
       lease.Record(std::move(converted->graph), cancel);
   if (!recorded.ok()) return recorded.status();
-  graph::RecordedGraph& g = **recorded;
+  recorded_ = *std::move(recorded);
+  graph::RecordedGraph& g = *recorded_;
   response->set_num_nodes(g.num_nodes());
 
   for (int i = 0; i < request.return_values_size(); ++i) {
@@ -74,15 +80,13 @@ absl::Status Run(const v1::GradRequest& request, const graph::Limits& limits,
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status RunGradRequest(const v1::GradRequest& request, const graph::Limits& limits,
-                            const std::shared_ptr<autograd::CancellationToken>& cancel,
-                            absl::Time admitted, v1::GradResponse* response,
-                            ChunkedRequest* chunked, ChunkedResponse* deferred) {
+absl::Status GradRun::Run(const v1::GradRequest& request, const graph::Limits& limits,
+                          const std::shared_ptr<autograd::CancellationToken>& cancel,
+                          absl::Time admitted, v1::GradResponse* response, ChunkedRequest* chunked,
+                          ChunkedResponse* deferred) {
   response->set_request_id(request.request_id());
   try {
-    return Run(request, limits, cancel, admitted, response, chunked, deferred);
+    return RunOrThrow(request, limits, cancel, admitted, response, chunked, deferred);
   } catch (const StatusError& e) {
     return e.status();
   } catch (const std::bad_alloc&) {
