@@ -1,0 +1,85 @@
+// Note [Teardown after the reply]: a GradRun fills the response, and what the request made
+// stays alive until the GradRun is destroyed: only then does the thread keep its graph (Note
+// [Reusing a validated graph]), and nothing it holds needs the call's messages any more.
+
+#include "server/request_runner.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "client/gradserve_client.h"
+#include "gtest/gtest.h"
+
+namespace gradserve::server {
+namespace {
+
+using client::HostTensor;
+using client::RequestBuilder;
+
+// loss = sum(x * x) for x = [1, -2, 3], with leaf names of its own in the thread's cache.
+v1::GradRequest SquareOf(const std::string& name) {
+  RequestBuilder b;
+  b.Leaf(name, HostTensor::Float32({1, -2, 3}, {3}), /*requires_grad=*/true)
+      .Op("mul", {name, name}, {"sq"})
+      .Op("sum", {"sq"}, {"loss"});
+  b.Grad({"loss"}, {name});
+  return b.request();
+}
+
+// Whether this thread's cache now holds request's graph (a lease takes it, and drops it).
+bool ThreadKeeps(const v1::GradRequest& request) {
+  return GraphLease(request.graph(), graph::Limits()).reusable() != nullptr;
+}
+
+std::shared_ptr<autograd::CancellationToken> NoDeadline() {
+  return std::make_shared<autograd::CancellationToken>(absl::InfiniteFuture());
+}
+
+TEST(GradRunTest, TheGraphIsKeptOnlyOnceTheRunIsDestroyed) {
+  const v1::GradRequest request = SquareOf("teardown_x");
+  v1::GradResponse response;
+  auto run = std::make_unique<GradRun>();
+  ASSERT_TRUE(run->Run(request, graph::Limits(), NoDeadline(), absl::Now(), &response).ok());
+  ASSERT_EQ(response.calls_size(), 1);
+  ASSERT_EQ(response.calls(0).gradients_size(), 1);
+  const v1::Gradient& grad = response.calls(0).gradients(0);
+  EXPECT_EQ(grad.name(), "teardown_x");
+  EXPECT_TRUE(grad.connected());
+  absl::StatusOr<HostTensor> value = HostTensor::FromProto(grad.value());
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(value->ToDoubles(), (std::vector<double>{2, -4, 6}));
+  EXPECT_FALSE(ThreadKeeps(request));  // the run still holds it
+  run.reset();
+  EXPECT_TRUE(ThreadKeeps(request));
+}
+
+TEST(GradRunTest, OutlivesTheCallsMessages) {
+  auto request = std::make_unique<v1::GradRequest>(SquareOf("outlive_x"));
+  auto response = std::make_unique<v1::GradResponse>();
+  GradRun run;
+  ASSERT_TRUE(run.Run(*request, graph::Limits(), NoDeadline(), absl::Now(), response.get()).ok());
+  // A reactor may be gone, its messages with it, before the GradRun is destroyed; the run's
+  // tensors own their bytes (a sanitizer build checks the frees below).
+  request.reset();
+  response.reset();
+}
+
+TEST(GradRunTest, AFailedCallStillGivesTheGraphBack) {
+  v1::GradRequest request = SquareOf("failed_x");
+  request.mutable_calls(0)->set_roots(0, "no_such_value");
+  v1::GradResponse response;
+  {
+    GradRun run;
+    const absl::Status status =
+        run.Run(request, graph::Limits(), NoDeadline(), absl::Now(), &response);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_EQ(response.num_nodes(), 2);  // recorded before the backward call failed
+  }
+  // The graph validated and recorded, so it is kept for the next request.
+  EXPECT_TRUE(ThreadKeeps(SquareOf("failed_x")));
+}
+
+}  // namespace
+}  // namespace gradserve::server
