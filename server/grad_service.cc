@@ -256,8 +256,8 @@ grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerCont
   job.cancel = MakeToken(context);
   // Destroyed after FinishNow, but gRPC sends an inline response only once this returns
   // (Note [Teardown after the reply]).
-  GradRun run;
-  absl::Status status = Run(job, run);
+  RequestRunner runner;
+  absl::Status status = Run(job, runner);
   if (status.ok()) status = messages->SerializeResponse(response);
   return FinishNow(context, ToGrpcStatus(status));
 }
@@ -313,15 +313,15 @@ void GradService::EndInFlight() {
 
 void GradService::Execute(Job job) {
   pool_->Submit([this, job = std::move(job)] {
-    GradRun run;  // destroyed after job.done (Note [Teardown after the reply])
-    job.done(Run(job, run));
+    RequestRunner runner;  // destroyed after job.done (Note [Teardown after the reply])
+    job.done(Run(job, runner));
   });
 }
 
-absl::Status GradService::Run(const Job& job, GradRun& run) {
+absl::Status GradService::Run(const Job& job, RequestRunner& runner) {
   if (options_.before_run_for_testing) options_.before_run_for_testing(*job.request, *job.cancel);
-  absl::Status status = run.Run(*job.request, options_.limits, job.cancel, job.received,
-                                job.response, job.chunked, job.deferred);
+  absl::Status status = runner.Run(*job.request, options_.limits, job.cancel, job.received,
+                                   job.response, job.chunked, job.deferred);
   int64_t bytes_out = 0;
   if (status.ok()) {
     bytes_out =

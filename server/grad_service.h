@@ -7,7 +7,7 @@
 // thread, as Ping does, and finishes gRPC's default reactor before the handler returns. Any
 // other call gets a small reactor that owns itself (deleted in OnDone) and is handed to the
 // WorkerPool of engine CPU workers; the gRPC thread returns at once and never waits on the
-// Engine. Either way, the same code (GradService::Run) runs the request (a GradRun) and does
+// Engine. Either way, the same code (GradService::Run) runs the request (a RequestRunner) and does
 // the bookkeeping (counters, the log line, releasing admission); on the pool, finishing the
 // reactor is the last thing the worker touches of the call, and what the request made is freed
 // after that (Note [Teardown after the reply] in server/request_runner.h). The client's deadline
@@ -100,10 +100,10 @@ class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeG
   absl::Status Admit();
   // Queues an admitted job on the worker pool, where Run runs it and job.done follows.
   void Execute(Job job);
-  // Runs an admitted job on this thread with run and ends its accounting (Release); returns
-  // its status. The caller destroys run once the response is on its way (Note [Teardown after
+  // Runs an admitted job on this thread with runner and ends its accounting (Release); returns
+  // its status. The caller destroys runner once the response is on its way (Note [Teardown after
   // the reply]).
-  absl::Status Run(const Job& job, GradRun& run);
+  absl::Status Run(const Job& job, RequestRunner& runner);
   // Ends an admitted call's accounting: counters, the log line, admission released.
   void Release(const std::string& request_id, const std::string& rpc, const absl::Status& status,
                absl::Time received, int64_t nodes, int64_t bytes_in, int64_t bytes_out);

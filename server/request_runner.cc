@@ -22,13 +22,13 @@ absl::Status Prefixed(const absl::Status& s, absl::string_view prefix) {
 
 }  // namespace
 
-GradRun::GradRun() = default;
-GradRun::~GradRun() = default;
+RequestRunner::RequestRunner() = default;
+RequestRunner::~RequestRunner() = default;
 
-absl::Status GradRun::RunOrThrow(const v1::GradRequest& request, const graph::Limits& limits,
-                                 const std::shared_ptr<autograd::CancellationToken>& cancel,
-                                 absl::Time admitted, v1::GradResponse* response,
-                                 ChunkedRequest* chunked, ChunkedResponse* deferred) {
+absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const graph::Limits& limits,
+                                       const std::shared_ptr<autograd::CancellationToken>& cancel,
+                                       absl::Time admitted, v1::GradResponse* response,
+                                       ChunkedRequest* chunked, ChunkedResponse* deferred) {
   const absl::Time picked = absl::Now();
   v1::Timings* timings = response->mutable_timings();
   timings->set_queue_us(Micros(picked - admitted));
@@ -80,10 +80,10 @@ absl::Status GradRun::RunOrThrow(const v1::GradRequest& request, const graph::Li
   return absl::OkStatus();
 }
 
-absl::Status GradRun::Run(const v1::GradRequest& request, const graph::Limits& limits,
-                          const std::shared_ptr<autograd::CancellationToken>& cancel,
-                          absl::Time admitted, v1::GradResponse* response, ChunkedRequest* chunked,
-                          ChunkedResponse* deferred) {
+absl::Status RequestRunner::Run(const v1::GradRequest& request, const graph::Limits& limits,
+                                const std::shared_ptr<autograd::CancellationToken>& cancel,
+                                absl::Time admitted, v1::GradResponse* response,
+                                ChunkedRequest* chunked, ChunkedResponse* deferred) {
   response->set_request_id(request.request_id());
   try {
     return RunOrThrow(request, limits, cancel, admitted, response, chunked, deferred);

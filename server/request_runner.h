@@ -5,18 +5,18 @@
 // Once the response is filled, what the request made is garbage: the recorded graph with its
 // tensors and Nodes, and the graph the thread may keep for its next request (Note [Reusing a
 // validated graph]). Freeing it takes a few thousand instructions for a small request (6.9k of
-// a grad_tiny call's 157k on the server) and, for a big one, the unmapping of every large
-// tensor. None of it needs to happen before the client has its answer, so a GradRun holds it
-// and the service destroys the GradRun after handing the response to gRPC. On the worker pool
-// that takes it off the latency path: Finish (or a streamed call's first StartWrite) called on
-// a worker sends the bytes before it returns (measured: a 1 ms sleep after job.done, with
+// a grad_tiny call's 157k on the server) and, for a big one, giving back the memory of every
+// large tensor. None of it needs to happen before the client has its answer, so a RequestRunner
+// holds it and the service destroys the RequestRunner after handing the response to gRPC. On the
+// worker pool that takes it off the latency path: Finish (or a streamed call's first StartWrite)
+// called on a worker sends the bytes before it returns (measured: a 1 ms sleep after job.done, with
 // workers to spare, left the p50 where it was), and the worker frees the rest while they
 // travel. Inline it does not: gRPC sends an inline call's response only once the handler
 // returns (a 1 ms sleep after FinishNow added over 1 ms to the p50), so there the teardown is
 // still on the path; freeing it later, in a reactor's OnDone, was tried and cost more than it
 // saved (docs/benchmarks.md, "Tried and dropped: freeing the request after the response").
 // The accounting (counters, log line, admission) ends before Finish, so a client that reads
-// the counters after its answer sees its call counted. Nothing a GradRun holds points into
+// the counters after its answer sees its call counted. Nothing a RequestRunner holds points into
 // the call's messages: leaf tensors own their bytes (copied from a unary request, or adopting
 // a streamed request's chunks), so the reactor may be gone by the time it is destroyed.
 
@@ -38,16 +38,16 @@ namespace gradserve::server {
 
 // One request's run, and what it leaves to free (Note [Teardown after the reply]).
 //
-// Thread safety: make, run and destroy a GradRun on one thread: the graph it may keep goes to
+// Thread safety: make, run and destroy a RequestRunner on one thread: the graph it may keep goes to
 // that thread's cache.
-class GradRun {
+class RequestRunner {
  public:
-  GradRun();
+  RequestRunner();
   // Frees the recorded graph and gives the thread's kept graph back to its cache.
-  ~GradRun();
+  ~RequestRunner();
 
-  GradRun(const GradRun&) = delete;
-  GradRun& operator=(const GradRun&) = delete;
+  RequestRunner(const RequestRunner&) = delete;
+  RequestRunner& operator=(const RequestRunner&) = delete;
 
   // Runs request; call it at most once. Blocks until the request is done. `cancel` (never
   // null) stops the work between ops and between nodes when the call is cancelled or its

@@ -1,5 +1,5 @@
-// Note [Teardown after the reply]: a GradRun fills the response, and what the request made
-// stays alive until the GradRun is destroyed: only then does the thread keep its graph (Note
+// Note [Teardown after the reply]: a RequestRunner fills the response, and what the request made
+// stays alive until the RequestRunner is destroyed: only then does the thread keep its graph (Note
 // [Reusing a validated graph]), and nothing it holds needs the call's messages any more.
 
 #include "server/request_runner.h"
@@ -37,11 +37,11 @@ std::shared_ptr<autograd::CancellationToken> NoDeadline() {
   return std::make_shared<autograd::CancellationToken>(absl::InfiniteFuture());
 }
 
-TEST(GradRunTest, TheGraphIsKeptOnlyOnceTheRunIsDestroyed) {
+TEST(RequestRunnerTest, TheGraphIsKeptOnlyOnceTheRunnerIsDestroyed) {
   const v1::GradRequest request = SquareOf("teardown_x");
   v1::GradResponse response;
-  auto run = std::make_unique<GradRun>();
-  ASSERT_TRUE(run->Run(request, graph::Limits(), NoDeadline(), absl::Now(), &response).ok());
+  auto runner = std::make_unique<RequestRunner>();
+  ASSERT_TRUE(runner->Run(request, graph::Limits(), NoDeadline(), absl::Now(), &response).ok());
   ASSERT_EQ(response.calls_size(), 1);
   ASSERT_EQ(response.calls(0).gradients_size(), 1);
   const v1::Gradient& grad = response.calls(0).gradients(0);
@@ -50,30 +50,31 @@ TEST(GradRunTest, TheGraphIsKeptOnlyOnceTheRunIsDestroyed) {
   absl::StatusOr<HostTensor> value = HostTensor::FromProto(grad.value());
   ASSERT_TRUE(value.ok()) << value.status();
   EXPECT_EQ(value->ToDoubles(), (std::vector<double>{2, -4, 6}));
-  EXPECT_FALSE(ThreadKeeps(request));  // the run still holds it
-  run.reset();
+  EXPECT_FALSE(ThreadKeeps(request));  // the runner still holds it
+  runner.reset();
   EXPECT_TRUE(ThreadKeeps(request));
 }
 
-TEST(GradRunTest, OutlivesTheCallsMessages) {
+TEST(RequestRunnerTest, OutlivesTheCallsMessages) {
   auto request = std::make_unique<v1::GradRequest>(SquareOf("outlive_x"));
   auto response = std::make_unique<v1::GradResponse>();
-  GradRun run;
-  ASSERT_TRUE(run.Run(*request, graph::Limits(), NoDeadline(), absl::Now(), response.get()).ok());
-  // A reactor may be gone, its messages with it, before the GradRun is destroyed; the run's
+  RequestRunner runner;
+  ASSERT_TRUE(
+      runner.Run(*request, graph::Limits(), NoDeadline(), absl::Now(), response.get()).ok());
+  // A reactor may be gone, its messages with it, before the RequestRunner is destroyed; the runner's
   // tensors own their bytes (a sanitizer build checks the frees below).
   request.reset();
   response.reset();
 }
 
-TEST(GradRunTest, AFailedCallStillGivesTheGraphBack) {
+TEST(RequestRunnerTest, AFailedCallStillGivesTheGraphBack) {
   v1::GradRequest request = SquareOf("failed_x");
   request.mutable_calls(0)->set_roots(0, "no_such_value");
   v1::GradResponse response;
   {
-    GradRun run;
+    RequestRunner runner;
     const absl::Status status =
-        run.Run(request, graph::Limits(), NoDeadline(), absl::Now(), &response);
+        runner.Run(request, graph::Limits(), NoDeadline(), absl::Now(), &response);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
     EXPECT_EQ(response.num_nodes(), 2);  // recorded before the backward call failed
   }
