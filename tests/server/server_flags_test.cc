@@ -1,9 +1,12 @@
-// The flags of gradserve-server that shape its per-request work: --log_requests and
-// --max_inline_cost, checked on the real binary and through ServerOptions.
+// The flags of gradserve-server that shape its per-request work: --log_requests,
+// --max_inline_cost and --max_in_flight's refusals, checked on the real binary and through
+// ServerOptions.
 
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -94,6 +97,33 @@ TEST(ServerFlagsTest, LogRequestsChoosesWhichRequestsAreLogged) {
   log = LogOfOneGoodAndOneBadRequest({"--log_requests=none"});
   EXPECT_FALSE(absl::StrContains(log, "request id=")) << log;
   EXPECT_TRUE(absl::StrContains(log, "listening on")) << log;
+}
+
+// A full server refuses a unary call before parsing it, so the refusal's log line cannot name
+// the request's id (the README's paragraph on admission).
+TEST(ServerFlagsTest, ARefusedCallIsLoggedWithoutParsingIt) {
+  ServerProcess process({"--max_in_flight=1"});
+  const int port = process.WaitForPort(absl::Seconds(20));
+  ASSERT_GT(port, 0) << process.Log();
+  std::unique_ptr<client::Client> client =
+      client::Client::Connect(absl::StrCat("127.0.0.1:", port));
+  client::CallCanceller canceller;
+  std::thread slow([&] {
+    client::CallOptions o;
+    o.canceller = &canceller;
+    o.timeout = absl::Seconds(60);
+    client->ComputeGradients(SlowRequest(2000), o).IgnoreError();
+  });
+  ASSERT_TRUE(WaitForInFlight(*client, 1, absl::Seconds(10)));
+  v1::GradRequest refused = SquareRequest();
+  refused.set_request_id("refused");
+  EXPECT_EQ(client->ComputeGradients(refused).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  canceller.Cancel();
+  slow.join();
+  const std::string log = process.Log();
+  EXPECT_TRUE(absl::StrContains(log, "request id=- rpc=unary status=RESOURCE_EXHAUSTED")) << log;
+  EXPECT_FALSE(absl::StrContains(log, "id=refused")) << log;
 }
 
 // Note [The server's malloc]: the start-up line names the malloc, and a build that found
