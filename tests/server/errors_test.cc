@@ -4,6 +4,7 @@
 #include <functional>
 #include <future>
 #include <string>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -365,13 +366,7 @@ TEST_F(ServerErrorTest, ServerFullIsResourceExhaustedAtOnce) {
   server::ServerOptions options = TestOptions();
   options.max_in_flight = 1;
   TestServer server(options);
-  client::CallCanceller canceller;
-  std::thread slow([&] {
-    client::CallOptions o;
-    o.canceller = &canceller;
-    o.timeout = absl::Seconds(60);
-    server.client().ComputeGradients(SlowRequest(2000), o).IgnoreError();
-  });
+  auto slow = std::make_unique<SlowCallInFlight>(server.client());
   ASSERT_TRUE(WaitForInFlight(server.client(), 1, absl::Seconds(10)));
   absl::StatusOr<v1::GradResponse> r = server.client().ComputeGradients(SquareRequest());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
@@ -387,8 +382,7 @@ TEST_F(ServerErrorTest, ServerFullIsResourceExhaustedAtOnce) {
   EXPECT_EQ(info->counters().bytes_received(), 0);
   // Info and ping still answer while the server is full.
   EXPECT_TRUE(server.client().Ping("x").ok());
-  canceller.Cancel();
-  slow.join();
+  slow.reset();  // cancels the slow call and waits for it
   ASSERT_TRUE(WaitForInFlight(server.client(), 0, absl::Seconds(10)));
   EXPECT_TRUE(CheckSquareWorks(server.client()).ok());
 }

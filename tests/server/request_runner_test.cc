@@ -61,8 +61,8 @@ TEST(RequestRunnerTest, OutlivesTheCallsMessages) {
   RequestRunner runner;
   ASSERT_TRUE(
       runner.Run(*request, graph::Limits(), NoDeadline(), absl::Now(), response.get()).ok());
-  // A reactor may be gone, its messages with it, before the RequestRunner is destroyed; the runner's
-  // tensors own their bytes (a sanitizer build checks the frees below).
+  // A reactor may be gone, its messages with it, before the RequestRunner is destroyed; the
+  // runner's tensors own their bytes (a sanitizer build checks the frees below).
   request.reset();
   response.reset();
 }

@@ -6,7 +6,6 @@
 #include <memory>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -107,20 +106,13 @@ TEST(ServerFlagsTest, ARefusedCallIsLoggedWithoutParsingIt) {
   ASSERT_GT(port, 0) << process.Log();
   std::unique_ptr<client::Client> client =
       client::Client::Connect(absl::StrCat("127.0.0.1:", port));
-  client::CallCanceller canceller;
-  std::thread slow([&] {
-    client::CallOptions o;
-    o.canceller = &canceller;
-    o.timeout = absl::Seconds(60);
-    client->ComputeGradients(SlowRequest(2000), o).IgnoreError();
-  });
+  auto slow = std::make_unique<SlowCallInFlight>(*client);
   ASSERT_TRUE(WaitForInFlight(*client, 1, absl::Seconds(10)));
   v1::GradRequest refused = SquareRequest();
   refused.set_request_id("refused");
   EXPECT_EQ(client->ComputeGradients(refused).status().code(),
             absl::StatusCode::kResourceExhausted);
-  canceller.Cancel();
-  slow.join();
+  slow.reset();  // cancels the slow call and waits for it
   const std::string log = process.Log();
   EXPECT_TRUE(absl::StrContains(log, "request id=- rpc=unary status=RESOURCE_EXHAUSTED")) << log;
   EXPECT_FALSE(absl::StrContains(log, "id=refused")) << log;

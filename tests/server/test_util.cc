@@ -143,6 +143,19 @@ v1::GradRequest SlowRequest(int steps, int n) {
   return b.request();
 }
 
+SlowCallInFlight::SlowCallInFlight(client::Client& client)
+    : thread_([this, &client] {
+        client::CallOptions o;
+        o.canceller = &canceller_;
+        o.timeout = absl::Seconds(60);
+        client.ComputeGradients(SlowRequest(2000), o).IgnoreError();
+      }) {}
+
+SlowCallInFlight::~SlowCallInFlight() {
+  canceller_.Cancel();
+  thread_.join();
+}
+
 bool WaitForInFlight(client::Client& client, int64_t expected, absl::Duration timeout) {
   const absl::Time end = absl::Now() + timeout;
   while (absl::Now() < end) {

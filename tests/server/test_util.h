@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -68,6 +69,22 @@ v1::GradRequest SquareRequest();
 // A request that runs for a while, with little memory: x [1, n] requires grad, W = a^T b
 // ([n, n], built on the server), `steps` times h = tanh(h @ W), loss = sum(h); one grad call.
 v1::GradRequest SlowRequest(int steps, int n = 1024);
+
+// Keeps one SlowRequest(2000) in flight through client (up to 60 s) until destroyed; the
+// destructor cancels it and waits for it, so a test may return early. The call is sent at once;
+// WaitForInFlight tells when the server has admitted it.
+class SlowCallInFlight {
+ public:
+  explicit SlowCallInFlight(client::Client& client);
+  ~SlowCallInFlight();
+
+  SlowCallInFlight(const SlowCallInFlight&) = delete;
+  SlowCallInFlight& operator=(const SlowCallInFlight&) = delete;
+
+ private:
+  client::CallCanceller canceller_;
+  std::thread thread_;
+};
 
 // Polls the server's counters until in_flight == expected or timeout; true if it got there.
 bool WaitForInFlight(client::Client& client, int64_t expected, absl::Duration timeout);
