@@ -155,5 +155,117 @@ TEST(UnaryMessagesTest, MalformedBytesAreInvalidArgument) {
   EXPECT_TRUE(ReadsAs(again->request(), small));
 }
 
+// Encodes a length-delimited field, for requests whose bytes a protobuf serializer would not
+// write in that order.
+std::string Field(int number, const std::string& payload) {
+  std::string out;
+  auto varint = [&out](uint64_t v) {
+    for (; v >= 0x80; v >>= 7) out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    out.push_back(static_cast<char>(v));
+  };
+  varint(static_cast<uint64_t>(number) << 3 | 2);
+  varint(payload.size());
+  return out + payload;
+}
+
+grpc::ByteBuffer Bytes(const std::string& wire) {
+  grpc::Slice slice(wire);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+// Note [Ops parsed once]: a holder that keeps its last request's ops reads every request as a
+// fresh parse does, in any order: the same ops, other ops, the same ops with other leaves, ops
+// spread among the graph's other fields, the graph field twice, no graph, and bytes that do
+// not parse at all.
+TEST(UnaryMessagesTest, KeptOpsReadAsAFreshParse) {
+  const v1::GradRequest everything = Everything();
+  v1::GradRequest other_leaves = everything;
+  other_leaves.mutable_graph()->mutable_leaves(0)->set_name("renamed");
+  other_leaves.set_request_id("other leaves");
+  other_leaves.mutable_calls(0)->set_retain_graph(false);
+  v1::GradRequest other_op = everything;
+  other_op.mutable_graph()->mutable_ops(0)->set_op("add");  // as long as "mul"
+  v1::GradRequest one_op = everything;
+  one_op.mutable_graph()->mutable_ops()->RemoveLast();
+  v1::GradRequest empty_graph;
+  empty_graph.mutable_graph()->add_outputs("y");
+  v1::GradRequest no_graph;
+  no_graph.set_request_id("no graph");
+  v1::GradRequest big = everything;  // parsed from gRPC's slices, not split
+  big.mutable_graph()->mutable_leaves(0)->mutable_value()->set_data(
+      std::string(UnaryMessages::kMaxReusedBytes, '\0'));
+
+  // The graph's fields with ops among the leaves and outputs, and the graph field twice.
+  const v1::Graph& g = everything.graph();
+  auto graph_bytes = [](auto fill) {
+    v1::Graph part;
+    fill(part);
+    return part.SerializeAsString();
+  };
+  const std::string op0 = graph_bytes([&](v1::Graph& p) { *p.add_ops() = g.ops(0); });
+  const std::string op1 = graph_bytes([&](v1::Graph& p) { *p.add_ops() = g.ops(1); });
+  const std::string leaves = graph_bytes([&](v1::Graph& p) { *p.mutable_leaves() = g.leaves(); });
+  const std::string outputs =
+      graph_bytes([&](v1::Graph& p) { *p.mutable_outputs() = g.outputs(); });
+  v1::GradRequest rest = everything;
+  rest.clear_graph();
+  const std::string interleaved = Field(2, op1 + leaves + op0 + outputs) + rest.SerializeAsString();
+  const std::string graph_twice =
+      Field(2, op0 + leaves) + rest.SerializeAsString() + Field(2, op1 + outputs);
+  static constexpr char kGarbage[] = "\x12\x05\x1a\x03\xff\xff";  // an op cut short
+
+  const std::vector<std::string> requests = {
+      everything.SerializeAsString(),
+      everything.SerializeAsString(),
+      other_leaves.SerializeAsString(),
+      everything.SerializeAsString(),
+      other_op.SerializeAsString(),
+      other_op.SerializeAsString(),
+      one_op.SerializeAsString(),
+      everything.SerializeAsString(),
+      interleaved,
+      interleaved,
+      everything.SerializeAsString(),
+      graph_twice,
+      graph_twice,
+      kGarbage,
+      everything.SerializeAsString(),
+      empty_graph.SerializeAsString(),
+      no_graph.SerializeAsString(),
+      empty_graph.SerializeAsString(),
+      big.SerializeAsString(),
+      everything.SerializeAsString(),
+      everything.SerializeAsString(),
+      kGarbage,
+      everything.SerializeAsString(),
+  };
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE(testing::Message() << "request " << i);
+    v1::GradRequest fresh;
+    const bool parses = fresh.ParseFromString(requests[i]);
+    UnaryMessages::Ptr messages = UnaryMessages::Take();
+    const absl::Status parsed = messages->ParseRequest(Bytes(requests[i]));
+    ASSERT_EQ(parsed.ok(), parses) << parsed;
+    if (parses) EXPECT_TRUE(ReadsAs(messages->request(), fresh));
+  }
+}
+
+TEST(UnaryMessagesTest, TheSameOpsAreParsedOnce) {
+  const v1::GradRequest request = Everything();
+  UnaryMessages::Ptr first = UnaryMessages::Take();
+  ASSERT_TRUE(first->ParseRequest(Bytes(request)).ok());
+  const v1::Op* const parsed_op = &first->request().graph().ops(0);
+  const UnaryMessages* const held = first.get();
+  first.reset();
+
+  v1::GradRequest new_leaves = request;
+  new_leaves.mutable_graph()->mutable_leaves(0)->mutable_value()->set_data(std::string(8, '\1'));
+  UnaryMessages::Ptr second = UnaryMessages::Take();
+  ASSERT_EQ(second.get(), held);
+  ASSERT_TRUE(second->ParseRequest(Bytes(new_leaves, 2)).ok());
+  EXPECT_TRUE(ReadsAs(second->request(), new_leaves));
+  EXPECT_EQ(&second->request().graph().ops(0), parsed_op) << "the kept op, not parsed again";
+}
+
 }  // namespace
 }  // namespace gradserve::server
