@@ -232,14 +232,15 @@ grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerCont
                                                         grpc::ByteBuffer* response) {
   const absl::Time received = absl::Now();
   // Admitted before it is parsed: a full or draining server refuses a call without spending
-  // the parse's time and memory on it, so its log line has no request id.
+  // the parse's time and memory on it; its log line has the request id read from the bytes.
   if (absl::Status admitted = Admit(); !admitted.ok()) {
-    Reject("", "unary", admitted);
+    Reject(UnaryMessages::PeekRequestId(*request), "unary", admitted);
     return FinishNow(context, ToGrpcStatus(admitted));
   }
   UnaryMessages::Ptr messages = UnaryMessages::Take();
   if (const absl::Status parsed = messages->ParseRequest(*request); !parsed.ok()) {
-    Release("", "unary", parsed, received, 0, messages->request_bytes(), 0);
+    Release(UnaryMessages::PeekRequestId(*request), "unary", parsed, received, 0,
+            messages->request_bytes(), 0);
     return FinishNow(context, ToGrpcStatus(parsed));
   }
   Job job;

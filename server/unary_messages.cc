@@ -3,6 +3,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -149,6 +150,22 @@ void UnaryMessages::Recycle::operator()(UnaryMessages* messages) const {
   }
   holder->Reset();
   cache->push_back(std::move(holder));
+}
+
+std::string UnaryMessages::PeekRequestId(const grpc::ByteBuffer& bytes) {
+  grpc::Slice first;
+  if (!bytes.TrySingleSlice(&first).ok()) {
+    std::vector<grpc::Slice> slices;
+    if (!bytes.Dump(&slices).ok() || slices.empty()) return "";
+    first = std::move(slices.front());
+  }
+  absl::string_view in(reinterpret_cast<const char*>(first.begin()), first.size());
+  WireField field;
+  if (!ReadField(&in, &field) || field.number != v1::GradRequest::kRequestIdFieldNumber ||
+      field.type != kLengthDelimited) {
+    return "";
+  }
+  return std::string(field.payload.substr(0, kMaxPeekedIdBytes));
 }
 
 absl::Status UnaryMessages::ParseRequest(const grpc::ByteBuffer& bytes) {

@@ -67,6 +67,13 @@ class UnaryMessages {
   // A holder from this thread's cache, or a new one; its messages are empty.
   static Ptr Take();
 
+  // The request id of an encoded GradRequest that is not parsed (a refused call's, a malformed
+  // one's), for the request log: the first field of its first slice if that is request_id
+  // whole, where every serializer puts it; else empty. At most kMaxPeekedIdBytes of it, and
+  // not checked to be UTF-8: the log escapes it.
+  static std::string PeekRequestId(const grpc::ByteBuffer& bytes);
+  static constexpr size_t kMaxPeekedIdBytes = 64;
+
   // Parses bytes into request(). INVALID_ARGUMENT if they are not a gradserve.v1.GradRequest.
   absl::Status ParseRequest(const grpc::ByteBuffer& bytes);
   // Serializes response() into *bytes. RESOURCE_EXHAUSTED past protobuf's 2 GiB.

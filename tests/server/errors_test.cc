@@ -2,16 +2,14 @@
 // culprit, and the server keeps answering good requests during and after.
 
 #include <functional>
-#include <future>
-#include <string>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "tests/server/test_util.h"
 
@@ -277,19 +275,9 @@ TEST_F(ServerErrorTest, MalformedBytesAreInvalidArgument) {
   EXPECT_TRUE(CheckSquareWorks(server.client()).ok());
 }
 
-// Sends kGarbage as a unary ComputeGradients call, bypassing the client library's
-// serialization, and returns the call's status.
+// Sends kGarbage as a unary ComputeGradients call and returns the call's status.
 grpc::Status SendGarbageUnary(TestServer& server) {
-  grpc::GenericStub stub(server.client().channel());
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  grpc::Slice slice(kGarbage, kGarbageBytes);
-  const grpc::ByteBuffer request(&slice, 1);
-  grpc::ByteBuffer response;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&context, "/gradserve.v1.GradService/ComputeGradients", grpc::StubOptions(),
-                 &request, &response, [&](grpc::Status s) { done.set_value(std::move(s)); });
-  return done.get_future().get();
+  return SendUnaryBytes(server.client().channel(), std::string(kGarbage, kGarbageBytes));
 }
 
 // Note [Unary messages reused]: the server parses a unary request itself, and bytes that are

@@ -98,9 +98,11 @@ TEST(ServerFlagsTest, LogRequestsChoosesWhichRequestsAreLogged) {
   EXPECT_TRUE(absl::StrContains(log, "listening on")) << log;
 }
 
-// A full server refuses a unary call before parsing it, so the refusal's log line cannot name
-// the request's id (the README's paragraph on admission).
-TEST(ServerFlagsTest, ARefusedCallIsLoggedWithoutParsingIt) {
+// A full server refuses a unary call before parsing it, and its log line names the request id
+// read from the first bytes (UnaryMessages::PeekRequestId); so does the line of a request that
+// does not parse (the README's paragraph on admission). The bytes: a request id, then garbage.
+TEST(ServerFlagsTest, RefusedAndMalformedCallsAreLoggedWithTheirIds) {
+  const std::string id_then_garbage = std::string("\x0a\x07refused", 9) + "\xff\xff\xff";
   ServerProcess process({"--max_in_flight=1"});
   const int port = process.WaitForPort(absl::Seconds(20));
   ASSERT_GT(port, 0) << process.Log();
@@ -108,14 +110,22 @@ TEST(ServerFlagsTest, ARefusedCallIsLoggedWithoutParsingIt) {
       client::Client::Connect(absl::StrCat("127.0.0.1:", port));
   auto slow = std::make_unique<SlowCallInFlight>(*client);
   ASSERT_TRUE(WaitForInFlight(*client, 1, absl::Seconds(10)));
-  v1::GradRequest refused = SquareRequest();
-  refused.set_request_id("refused");
-  EXPECT_EQ(client->ComputeGradients(refused).status().code(),
-            absl::StatusCode::kResourceExhausted);
+  // Refused, not found malformed: admission comes before the parse.
+  EXPECT_EQ(SendUnaryBytes(client->channel(), id_then_garbage).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
   slow.reset();  // cancels the slow call and waits for it
+  ASSERT_TRUE(WaitForInFlight(*client, 0, absl::Seconds(10)));
+  EXPECT_EQ(SendUnaryBytes(client->channel(), id_then_garbage).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  // Bytes that do not start with a request id are logged as id=-.
+  EXPECT_EQ(SendUnaryBytes(client->channel(), "\xff\xff").error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
   const std::string log = process.Log();
-  EXPECT_TRUE(absl::StrContains(log, "request id=- rpc=unary status=RESOURCE_EXHAUSTED")) << log;
-  EXPECT_FALSE(absl::StrContains(log, "id=refused")) << log;
+  EXPECT_TRUE(absl::StrContains(log, "request id=refused rpc=unary status=RESOURCE_EXHAUSTED"))
+      << log;
+  EXPECT_TRUE(absl::StrContains(log, "request id=refused rpc=unary status=INVALID_ARGUMENT"))
+      << log;
+  EXPECT_TRUE(absl::StrContains(log, "request id=- rpc=unary status=INVALID_ARGUMENT")) << log;
 }
 
 // Note [The server's malloc]: the start-up line names the malloc, and a build that found

@@ -7,13 +7,16 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <fstream>
+#include <future>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 
 extern char** environ;
@@ -164,6 +167,20 @@ bool WaitForInFlight(client::Client& client, int64_t expected, absl::Duration ti
     absl::SleepFor(absl::Milliseconds(5));
   }
   return false;
+}
+
+grpc::Status SendUnaryBytes(const std::shared_ptr<grpc::Channel>& channel,
+                            const std::string& bytes) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  grpc::Slice slice(bytes);
+  const grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, "/gradserve.v1.GradService/ComputeGradients", grpc::StubOptions(),
+                 &request, &response, [&](grpc::Status s) { done.set_value(std::move(s)); });
+  return done.get_future().get();
 }
 
 absl::Status CheckSquareWorks(client::Client& client) {

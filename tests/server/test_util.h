@@ -14,6 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "client/gradserve_client.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/support/status.h"
 #include "server/grad_server.h"
 #include "server/server_options.h"
 
@@ -88,6 +90,11 @@ class SlowCallInFlight {
 
 // Polls the server's counters until in_flight == expected or timeout; true if it got there.
 bool WaitForInFlight(client::Client& client, int64_t expected, absl::Duration timeout);
+
+// Sends bytes as they are as a unary ComputeGradients call on channel, bypassing the client
+// library's serialization; returns the call's status.
+grpc::Status SendUnaryBytes(const std::shared_ptr<grpc::Channel>& channel,
+                            const std::string& bytes);
 
 // Runs the same request against the running server and checks 2x. Returns the status.
 absl::Status CheckSquareWorks(client::Client& client);

@@ -246,7 +246,9 @@ TEST(UnaryMessagesTest, KeptOpsReadAsAFreshParse) {
     UnaryMessages::Ptr messages = UnaryMessages::Take();
     const absl::Status parsed = messages->ParseRequest(Bytes(requests[i]));
     ASSERT_EQ(parsed.ok(), parses) << parsed;
-    if (parses) EXPECT_TRUE(ReadsAs(messages->request(), fresh));
+    if (parses) {
+      EXPECT_TRUE(ReadsAs(messages->request(), fresh));
+    }
   }
 }
 
@@ -265,6 +267,30 @@ TEST(UnaryMessagesTest, TheSameOpsAreParsedOnce) {
   ASSERT_TRUE(second->ParseRequest(Bytes(new_leaves, 2)).ok());
   EXPECT_TRUE(ReadsAs(second->request(), new_leaves));
   EXPECT_EQ(&second->request().graph().ops(0), parsed_op) << "the kept op, not parsed again";
+}
+
+// The request log's id for a request that is not parsed: request_id if it comes first and
+// whole in the first slice, at most kMaxPeekedIdBytes of it; else empty.
+TEST(UnaryMessagesTest, PeekRequestIdReadsOnlyALeadingId) {
+  v1::GradRequest request = Everything();
+  EXPECT_EQ(UnaryMessages::PeekRequestId(Bytes(request)), "everything");
+  // Garbage after the id does not matter: nothing else is read.
+  EXPECT_EQ(UnaryMessages::PeekRequestId(Bytes(Field(1, "first") + "\xff\xff")), "first");
+  request.set_request_id(std::string(100, 'i'));
+  EXPECT_EQ(UnaryMessages::PeekRequestId(Bytes(request)),
+            std::string(UnaryMessages::kMaxPeekedIdBytes, 'i'));
+  request.clear_request_id();
+  EXPECT_EQ(UnaryMessages::PeekRequestId(Bytes(request)), "");
+  EXPECT_EQ(UnaryMessages::PeekRequestId(Bytes(std::string("\xff\xff\xff"))), "");
+  EXPECT_EQ(UnaryMessages::PeekRequestId(Bytes(std::string("\x0a\x10"
+                                                           "cut"))),
+            "");
+  // An id cut between two slices (of more than gRPC's 23 inlined bytes, so not merged).
+  const std::string split = Field(1, std::string(60, 's'));
+  const grpc::Slice halves[] = {grpc::Slice(split.substr(0, 30)), grpc::Slice(split.substr(30))};
+  EXPECT_EQ(UnaryMessages::PeekRequestId(grpc::ByteBuffer(halves, 2)), "");
+  const grpc::Slice whole[] = {grpc::Slice(split), grpc::Slice(std::string(30, '\xff'))};
+  EXPECT_EQ(UnaryMessages::PeekRequestId(grpc::ByteBuffer(whole, 2)), std::string(60, 's'));
 }
 
 }  // namespace
