@@ -4,7 +4,11 @@
 // that the two differ in what they do with the bytes only. Prints "listening on HOST:PORT" on
 // stdout once it serves; stops on SIGTERM or SIGINT.
 //
-// Usage: echo_server [--listen=127.0.0.1:0]
+// --work_us makes each call busy-wait that long before it answers: a stand-in for a handler's
+// own work, to see what a given server time per call does to latency and rate beside a bare
+// call (docs/benchmarks.md, "How much server work the rate target allows").
+//
+// Usage: echo_server [--listen=127.0.0.1:0] [--work_us=0]
 
 #include <csignal>
 #include <cstdio>
@@ -13,6 +17,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "bench/echo.grpc.pb.h"
 #include "engine/util/process_start.h"
 #include "grpcpp/security/server_credentials.h"
@@ -20,19 +26,34 @@
 #include "grpcpp/server_builder.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port to serve on; port 0 picks a free one.");
+ABSL_FLAG(int, work_us, 0,
+          "microseconds each call busy-waits before answering, a stand-in for a handler's work "
+          "(0: none, the bare baseline)");
 
 namespace gradserve::bench {
 namespace {
 
-// Thread safety: stateless; gRPC runs Echo on its callback threads at once.
+// Thread safety: immutable after construction; gRPC runs Echo on its callback threads at once.
 class EchoService final : public Echo::CallbackService {
+ public:
+  explicit EchoService(absl::Duration work) : work_(work) {}
+
+ private:
   grpc::ServerUnaryReactor* Echo(grpc::CallbackServerContext* context, const EchoMessage* request,
                                  EchoMessage* response) override {
+    if (work_ > absl::ZeroDuration()) {
+      // Busy, not asleep: the stand-in takes a CPU as a handler's work does.
+      const absl::Time end = absl::Now() + work_;
+      while (absl::Now() < end) {
+      }
+    }
     response->set_payload(request->payload());
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
+
+  const absl::Duration work_;
 };
 
 int Main() {
@@ -44,7 +65,12 @@ int Main() {
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
   const std::string listen = absl::GetFlag(FLAGS_listen);
-  EchoService service;
+  const int work_us = absl::GetFlag(FLAGS_work_us);
+  if (work_us < 0) {
+    std::fprintf(stderr, "echo_server: --work_us must be 0 or more, not %d\n", work_us);
+    return 1;
+  }
+  EchoService service(absl::Microseconds(work_us));
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
