@@ -19,6 +19,7 @@ namespace gradserve::load {
 namespace {
 
 using ::gradserve::testing::LocalServer;
+using ::gradserve::testing::TestTempPath;
 
 struct CliRun {
   int exit_code = -1;
@@ -35,8 +36,7 @@ std::string ReadAll(const std::string& path) {
 
 // Runs `gradserve load ARGS` with stdout and stderr in files (so stderr is not a terminal).
 CliRun RunCli(const std::string& args) {
-  const std::string dir = ::testing::TempDir();
-  const std::string out = dir + "/load_cli.out", err = dir + "/load_cli.err";
+  const std::string out = TestTempPath("load_cli.out"), err = TestTempPath("load_cli.err");
   const std::string command =
       absl::StrCat("timeout 60 ", GRADSERVE_CLI_PATH, " load ", args, " > ", out, " 2> ", err);
   const int status = std::system(command.c_str());
@@ -49,7 +49,7 @@ CliRun RunCli(const std::string& args) {
 
 TEST(LoadCliTest, JsonAndHtmlAgainstTwoServersOpenLoop) {
   LocalServer a, b;
-  const std::string html = ::testing::TempDir() + "/load_report.html";
+  const std::string html = TestTempPath("load_report.html");
   std::remove(html.c_str());
   CliRun run = RunCli(absl::StrCat("--target=", a.target(), ",", b.target(),
                                    " --scenario=grad_tiny --rate=200 --requests=50 "
@@ -96,7 +96,7 @@ TEST(LoadCliTest, RefusesBadAndUnboundedSettings) {
 
 TEST(LoadCliTest, FailedCallsExitOneWithTheReport) {
   LocalServer server;
-  const std::string path = ::testing::TempDir() + "/unknown_op.json";
+  const std::string path = TestTempPath("unknown_op.json");
   std::ofstream(path) << R"({"graph": {"ops": [{"op": "no_such_op", "outputs": ["y"]}]},
       "calls": [{"roots": ["y"]}]})";
   CliRun run = RunCli(absl::StrCat("--target=", server.target(), " --request_file=", path,

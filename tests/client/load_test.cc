@@ -233,7 +233,7 @@ TEST(LoadGeneratorTest, StreamedPayload) {
 
 TEST(LoadGeneratorTest, ErrorsAreCountedByStatusCode) {
   LocalServer server;
-  const std::string path = ::testing::TempDir() + "/bad_request.json";
+  const std::string path = ::gradserve::testing::TestTempPath("bad_request.json");
   std::ofstream(path) << R"({"graph": {"leaves": [{"name": "x", "value": {"dtype": "DTYPE_FLOAT32",
       "shape": [1], "values": {"doubles": [1]}}, "requires_grad": true}],
       "ops": [{"op": "no_such_op", "inputs": ["x"], "outputs": ["y"]}]},

@@ -3,6 +3,8 @@
 #ifndef GRADSERVE_TESTS_CLIENT_LOAD_TEST_UTIL_H_
 #define GRADSERVE_TESTS_CLIENT_LOAD_TEST_UTIL_H_
 
+#include <unistd.h>
+
 #include <memory>
 #include <string>
 
@@ -12,6 +14,14 @@
 #include "server/server_options.h"
 
 namespace gradserve::testing {
+
+// A path in the test temporary directory for a file called name, private to the running test
+// and process: ctest runs each test as its own process, two at a time, in one directory.
+inline std::string TestTempPath(const std::string& name) {
+  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  return absl::StrCat(::testing::TempDir(), "/", test != nullptr ? test->test_suite_name() : "",
+                      ".", test != nullptr ? test->name() : "", "-", getpid(), "-", name);
+}
 
 // A GradServer on a free loopback port; shut down (no grace) when destroyed.
 class LocalServer {
