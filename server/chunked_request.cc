@@ -11,6 +11,7 @@
 #include "google/protobuf/wire_format_lite.h"
 #include "proto/chunking.h"
 #include "server/wire.h"
+#include "server/wire_format.h"
 
 namespace gradserve::server {
 namespace {
@@ -24,19 +25,6 @@ using Chunks = std::vector<std::shared_ptr<std::string>>;
 constexpr int kMaxDepth = 100;
 constexpr int kTensorDataField = v1::Tensor::kDataFieldNumber;
 constexpr int kMarkerField = ChunkedRequest::kExternalDataField;
-
-// Writes a varint (or a tag) with append(const char*, size_t).
-template <typename Append>
-void PutVarint(uint64_t v, Append&& append) {
-  char buf[10];
-  size_t n = 0;
-  while (v >= 0x80) {
-    buf[n++] = static_cast<char>(v | 0x80);
-    v >>= 7;
-  }
-  buf[n++] = static_cast<char>(v);
-  append(buf, n);
-}
 
 size_t VarintSize(uint64_t v) {
   size_t n = 1;
@@ -69,16 +57,15 @@ class WireReader {
 
   // Reads a varint that must end before end; false if it does not.
   bool Varint(uint64_t end, uint64_t* v) {
-    *v = 0;
-    for (int shift = 0; shift < 64 && position_ < end; shift += 7) {
-      Settle();
-      const auto byte = static_cast<unsigned char>((*(*chunks_)[chunk_])[offset_]);
-      ++offset_;
-      ++position_;
-      *v |= static_cast<uint64_t>(byte & 0x7f) << shift;
-      if ((byte & 0x80) == 0) return true;
-    }
-    return false;
+    return GetVarint([&] { return position_ < end; },
+                     [this] {
+                       Settle();
+                       const auto byte = static_cast<unsigned char>((*(*chunks_)[chunk_])[offset_]);
+                       ++offset_;
+                       ++position_;
+                       return byte;
+                     },
+                     v);
   }
 
   // Moves past n bytes, which must be there, calling f(const std::shared_ptr<std::string>&

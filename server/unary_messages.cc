@@ -13,6 +13,7 @@
 #include "grpcpp/support/slice.h"
 #include "server/per_thread.h"
 #include "server/wire.h"
+#include "server/wire_format.h"
 
 namespace gradserve::server {
 namespace {
@@ -26,24 +27,15 @@ constexpr uint32_t kRequestGraphField = v1::GradRequest::kGraphFieldNumber;
 constexpr uint32_t kGraphOpsField = v1::Graph::kOpsFieldNumber;
 constexpr uint32_t kLengthDelimited = WireFormat::WIRETYPE_LENGTH_DELIMITED;
 
-// Reads a varint of at most 64 bits from *in, advancing it; false if it is cut off or too long.
+// Reads a varint from *in, advancing it; false if it is cut off or too long.
 bool ReadVarint(absl::string_view* in, uint64_t* value) {
-  *value = 0;
-  for (int shift = 0; shift < 64 && !in->empty(); shift += 7) {
-    const auto byte = static_cast<uint8_t>(in->front());
-    in->remove_prefix(1);
-    *value |= static_cast<uint64_t>(byte & 0x7f) << shift;
-    if ((byte & 0x80) == 0) return true;
-  }
-  return false;
-}
-
-void AppendVarint(uint64_t value, std::string* out) {
-  while (value >= 0x80) {
-    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
-    value >>= 7;
-  }
-  out->push_back(static_cast<char>(value));
+  return GetVarint([in] { return !in->empty(); },
+                   [in] {
+                     const auto byte = static_cast<unsigned char>(in->front());
+                     in->remove_prefix(1);
+                     return byte;
+                   },
+                   value);
 }
 
 // One field of an encoded message: its number, wire type, the whole record (tag, length and
@@ -121,8 +113,10 @@ bool SplitOps(absl::string_view request, std::string* ops, std::string* rest) {
         return false;
       }
     }
-    AppendVarint(kRequestGraphField << 3 | kLengthDelimited, rest);
-    AppendVarint(graph_rest_size, rest);
+    auto append = [rest](const char* bytes, size_t n) { rest->append(bytes, n); };
+    PutVarint(WireFormat::MakeTag(kRequestGraphField, WireFormat::WIRETYPE_LENGTH_DELIMITED),
+              append);
+    PutVarint(graph_rest_size, append);
     for (absl::string_view graph = field.payload; !graph.empty();) {
       ReadField(&graph, &inner);  // read once already
       if (inner.number != kGraphOpsField) rest->append(inner.record.data(), inner.record.size());

@@ -8,9 +8,12 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "google/protobuf/wire_format_lite.h"
 #include "gtest/gtest.h"
 
 namespace gradserve::server {
@@ -161,13 +164,12 @@ TEST(UnaryMessagesTest, MalformedBytesAreInvalidArgument) {
 // write in that order.
 std::string Field(int number, const std::string& payload) {
   std::string out;
-  auto varint = [&out](uint64_t v) {
-    for (; v >= 0x80; v >>= 7) out.push_back(static_cast<char>((v & 0x7f) | 0x80));
-    out.push_back(static_cast<char>(v));
-  };
-  varint(static_cast<uint64_t>(number) << 3 | 2);
-  varint(payload.size());
-  return out + payload;
+  {
+    google::protobuf::io::StringOutputStream stream(&out);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    google::protobuf::internal::WireFormatLite::WriteBytes(number, payload, &coded);
+  }
+  return out;
 }
 
 grpc::ByteBuffer Bytes(const std::string& wire) {
