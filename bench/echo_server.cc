@@ -6,7 +6,7 @@
 //
 // --work_us makes each call busy-wait that long before it answers: a stand-in for a handler's
 // own work, to see what a given server time per call does to latency and rate beside a bare
-// call (docs/benchmarks.md, "How much server work the rate target allows").
+// call (docs/benchmarks.md, "How much server work the targets allow").
 //
 // Usage: echo_server [--listen=127.0.0.1:0] [--work_us=0]
 
