@@ -9,15 +9,15 @@ namespace gradserve::autograd {
 
 SavedVariable::SavedVariable(const Tensor& t, bool is_output) : was_defined_(t.defined()) {
   if (!t.defined()) return;
-  if (!t.requires_grad() || t.is_leaf()) {
+  // As PyTorch's SavedVariable: only an output of the saving Node loses its grad_fn (that
+  // would be a reference cycle); anything else is kept as it is, with its place in the graph.
+  if (!is_output || !t.requires_grad() || t.is_leaf()) {
     data_ = t;
     saved_original_ = true;
     return;
   }
   data_ = t.detach();
   output_nr_ = t.output_nr();
-  is_output_ = is_output;
-  if (!is_output) grad_fn_ = t.grad_fn();
 }
 
 Tensor SavedVariable::unpack(const Node* saved_for) const {
@@ -30,21 +30,17 @@ Tensor SavedVariable::unpack(const Node* saved_for) const {
   }
   // Unless the backward is itself recorded (create_graph), the data alone will do.
   if (!was_defined_ || saved_original_ || !GradMode::is_enabled()) return data_;
+  // An output of saved_for: the saving Node is alive (it is running), so its shared_ptr can
+  // be recovered.
   Tensor out = data_.detach();
   AutogradMeta& meta = out.mutable_autograd_meta();
   meta.output_nr = output_nr_;
-  if (is_output_) {
-    // The saving Node is alive (it is running), so its shared_ptr can be recovered.
-    meta.grad_fn = const_cast<Node*>(saved_for)->shared_from_this();
-  } else {
-    meta.grad_fn = grad_fn_;
-  }
+  meta.grad_fn = const_cast<Node*>(saved_for)->shared_from_this();
   return out;
 }
 
 void SavedVariable::reset() {
   data_ = Tensor();
-  grad_fn_.reset();
   released_ = true;
 }
 

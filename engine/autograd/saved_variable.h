@@ -16,8 +16,10 @@ class Node;
 // mode records the backward (create_graph), the same place in the graph.
 //
 // A tensor that is an output of the saving Node itself is saved without its grad_fn (that would
-// be a reference cycle); unpack(node) puts it back. Leaves are kept as they are, so gradients of
-// a double backward still reach their AccumulateGrad.
+// be a reference cycle); unpack(node) puts it back. Any other tensor (an input, a leaf, a
+// constant) is kept as it is, as PyTorch keeps it: gradients of a double backward still reach
+// its grad_fn or its AccumulateGrad. There are no in-place ops, so a kept tensor's place in the
+// graph cannot change after it was saved.
 //
 // Errors: unpack() after reset() throws FAILED_PRECONDITION, the error of a second backward
 // through a graph that was not retained.
@@ -36,11 +38,9 @@ class SavedVariable {
   void reset();
 
  private:
-  Tensor data_;                    // detached, or the leaf itself
-  std::shared_ptr<Node> grad_fn_;  // for non-outputs made by an op
-  uint32_t output_nr_ = 0;
-  bool saved_original_ = false;  // data_ is the tensor itself (a leaf or a constant)
-  bool is_output_ = false;
+  Tensor data_;                  // an output's data, detached; else the tensor itself
+  uint32_t output_nr_ = 0;       // an output's place among the saving Node's outputs
+  bool saved_original_ = false;  // data_ is the tensor itself (not an output of the saver)
   bool was_defined_ = false;
   bool released_ = false;
 };
