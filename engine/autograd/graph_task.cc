@@ -47,7 +47,10 @@ void GraphTask::init_to_execute(Node& graph_root, const EdgeList& outputs, bool 
     ExecInfo* info;
     size_t next_child = 0;
   };
+  // Each Node is pushed at most once: the table's size bounds the depth, and one allocation
+  // replaces the doublings of a deep graph.
   std::vector<Frame> stack;
+  stack.reserve(nodes_in_graph_.size());
   stack.push_back({&graph_root, &nodes_in_graph_[&graph_root].exec_info_});
   while (!stack.empty()) {
     Frame& frame = stack.back();

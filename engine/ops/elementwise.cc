@@ -177,7 +177,8 @@ Promoted Promote(const char* op, const char* arg_a, const Tensor& a, const char*
   CheckInput(op, arg_b, b);
   RequireSameDevice(op, arg_a, a, arg_b, b);
   Shape shape = BroadcastShapesOrThrow(op, a.shape(), b.shape());
-  const DType dtype = ResultType({&a, &b});
+  // Operands of one dtype (most) keep it, whatever their ranks.
+  const DType dtype = a.dtype() == b.dtype() ? a.dtype() : ResultType({&a, &b});
   return {to(a, dtype), to(b, dtype), dtype, std::move(shape)};
 }
 
