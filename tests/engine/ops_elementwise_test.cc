@@ -339,6 +339,20 @@ TEST_P(BinaryOpTest, GradCheckWithOneInputConstant) {
   EXPECT_TRUE(GradCheck(fn, {a.detach(), b.detach()}));
 }
 
+// Binary ops whose operands are themselves results: each saves them with their grad_fn, which a
+// double backward must reach (SavedVariable keeps such a tensor as it is).
+TEST(BinaryOpTest, SecondDerivativesThroughSavedIntermediates) {
+  Tensor x = RandomInput({2, 3}, 11);
+  Tensor y = RandomInput({3}, 12);
+  auto fn = [](const TensorList& in) {
+    const Tensor a = ops::sin(in[0]);
+    const Tensor b = ops::tanh(in[1]);
+    return TensorList{ops::mul(ops::mul(a, b), ops::div(b, ops::exp(a)))};
+  };
+  EXPECT_TRUE(GradCheck(fn, {x, y}));
+  EXPECT_TRUE(GradGradCheck(fn, {x, y}));
+}
+
 TEST_P(BinaryOpTest, ShapeMismatchIsInvalidArgument) {
   const BinaryCase& c = GetParam();
   Tensor a = RandomInput({2, 3}, 1, c.low0, c.high0);
