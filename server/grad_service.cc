@@ -249,6 +249,7 @@ grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerCont
   job.request = &messages->request();
   job.response = messages->response();
   job.request_bytes = messages->request_bytes();
+  job.op_records = messages->op_records();
   if (!RunsInline(messages->request(), job.request_bytes, options_.max_inline_cost)) {
     return new UnaryGradReactor(this, context, std::move(job), std::move(messages), response);
   }
@@ -322,7 +323,7 @@ void GradService::Execute(Job job) {
 absl::Status GradService::Run(const Job& job, RequestRunner& runner) {
   if (options_.before_run_for_testing) options_.before_run_for_testing(*job.request, *job.cancel);
   absl::Status status = runner.Run(*job.request, options_.limits, job.cancel, job.received,
-                                   job.response, job.chunked, job.deferred);
+                                   job.response, job.chunked, job.deferred, job.op_records);
   int64_t bytes_out = 0;
   if (status.ok()) {
     bytes_out =

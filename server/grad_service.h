@@ -83,6 +83,8 @@ class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeG
     const v1::GradRequest* request = nullptr;  // the call's UnaryMessages, or the reactor's
     v1::GradResponse* response = nullptr;      // likewise
     int64_t request_bytes = 0;
+    // The records of a unary request's ops as sent (UnaryMessages::op_records), or null.
+    const std::string* op_records = nullptr;
     // A streamed request's chunks, which *request was parsed from and which hold its big
     // tensors' bytes (Note [Tensor bytes left in the chunks]); owned by the reactor, cleared
     // by the worker. Null for unary calls.

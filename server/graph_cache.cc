@@ -19,6 +19,10 @@ struct Kept {
   std::shared_ptr<graph::Graph> graph;  // null: nothing kept
   std::shared_ptr<const graph::ValueSlots> slots;
   graph::Limits limits;
+  // The op records of the request that took graph last, if its parse knew them: the records
+  // graph's ops were built from, or ones that parse to ops SameStructure found equal to them.
+  std::string op_records;
+  bool op_records_known = false;
 };
 
 // A string's bytes, the object's included: what many short names cost.
@@ -71,16 +75,23 @@ bool Qualifies(const graph::Graph& g) {
 
 }  // namespace
 
-GraphLease::GraphLease(const v1::Graph& wire, const graph::Limits& limits, bool enabled)
-    : limits_(limits), enabled_(enabled) {
+GraphLease::GraphLease(const v1::Graph& wire, const graph::Limits& limits, bool enabled,
+                       const std::string* op_records)
+    : limits_(limits), enabled_(enabled), op_records_(op_records) {
   if (!enabled_) return;
   Kept* kept = PerThread<Kept>::Get();
-  if (kept == nullptr || kept->graph == nullptr || !(kept->limits == limits) ||
-      !SameStructure(wire, *kept->graph)) {
-    return;
-  }
+  if (kept == nullptr || kept->graph == nullptr || !(kept->limits == limits)) return;
+  // Equal bytes parse to equal ops (Note [Reusing a validated graph]).
+  const bool same_ops =
+      op_records != nullptr && kept->op_records_known && *op_records == kept->op_records;
+  if (!SameStructure(wire, *kept->graph, /*compare_ops=*/!same_ops)) return;
   reused_ = std::move(kept->graph);
   reused_slots_ = std::move(kept->slots);
+  if (same_ops) {
+    kept_op_records_.swap(kept->op_records);
+    kept_op_records_known_ = true;
+  }
+  kept->op_records_known = false;
 }
 
 absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> GraphLease::Record(
@@ -98,6 +109,11 @@ absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> GraphLease::Record(
     recorded_ = std::move(graph);
     recorded_slots_ = reused_slots_;
   }
+  if (recorded_ != nullptr && !kept_op_records_known_ && op_records_ != nullptr) {
+    kept_op_records_ = *op_records_;
+    kept_op_records_known_ = true;
+  }
+  op_records_ = nullptr;
   return recorded;
 }
 
@@ -115,6 +131,8 @@ GraphLease::~GraphLease() {
   kept->graph = std::move(recorded_);
   kept->slots = std::move(recorded_slots_);
   kept->limits = limits_;
+  kept->op_records.swap(kept_op_records_);
+  kept->op_records_known = kept_op_records_known_;
 }
 
 }  // namespace gradserve::server

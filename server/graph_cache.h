@@ -15,6 +15,14 @@
 // leaves' values, is checked again, so a request gets the same errors and the same gradients
 // from a reused graph as from a new one.
 //
+// The ops are most of that comparison (about 2.5k of the 3k instructions of a ten-op graph),
+// and a client that repeats a graph repeats its ops' bytes (Note [Ops parsed once] in
+// server/unary_messages.h). So the cache also keeps the op records of the request the kept
+// graph was last taken by, when the request's parse knew them: records whose parse is the
+// kept graph's ops, or ops SameStructure found equal to them. A request whose op records are
+// byte for byte those is compared on the rest alone (inputs, outputs, leaf names and flags,
+// the op count), since equal bytes parse to equal ops; any other request is compared whole.
+//
 // Ownership: a request takes the graph out of its thread's cache (a GraphLease) and gives it
 // back when it ends, so two requests never share one. It is kept only if nothing else holds it
 // by then (no Node of its backward still alive elsewhere), because its leaves are written on
@@ -31,6 +39,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "engine/autograd/cancellation.h"
@@ -52,8 +61,11 @@ class GraphLease {
   static constexpr int64_t kMaxStructureBytes = int64_t{64} << 10;
 
   // Takes the thread's kept graph if wire has its structure and it was validated under limits.
-  // A disabled lease neither takes nor keeps anything.
-  GraphLease(const v1::Graph& wire, const graph::Limits& limits, bool enabled = true);
+  // A disabled lease neither takes nor keeps anything. op_records, if not null, are the
+  // serialized records of wire's ops as the request carried them (UnaryMessages::op_records);
+  // they must stay alive until Record returns.
+  GraphLease(const v1::Graph& wire, const graph::Limits& limits, bool enabled = true,
+             const std::string* op_records = nullptr);
   // Keeps the recorded graph for the thread's next request, if it qualifies (see above).
   ~GraphLease();
 
@@ -77,6 +89,12 @@ class GraphLease {
   // What Record recorded, to keep at the end.
   std::shared_ptr<graph::Graph> recorded_;
   std::shared_ptr<const graph::ValueSlots> recorded_slots_;
+  // The request's op records, until Record; null if unknown.
+  const std::string* op_records_;
+  // The op records to keep with the graph, if known: taken from the cache with a graph they
+  // belong to, or copied from the request by Record.
+  std::string kept_op_records_;
+  bool kept_op_records_known_ = false;
 };
 
 }  // namespace gradserve::server

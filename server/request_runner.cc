@@ -28,14 +28,16 @@ RequestRunner::~RequestRunner() = default;
 absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const graph::Limits& limits,
                                        const std::shared_ptr<autograd::CancellationToken>& cancel,
                                        absl::Time admitted, v1::GradResponse* response,
-                                       ChunkedRequest* chunked, ChunkedResponse* deferred) {
+                                       ChunkedRequest* chunked, ChunkedResponse* deferred,
+                                       const std::string* op_records) {
   const absl::Time picked = absl::Now();
   v1::Timings* timings = response->mutable_timings();
   timings->set_queue_us(Micros(picked - admitted));
   if (absl::Status s = cancel->Check(); !s.ok()) return s;
 
   // Note [Reusing a validated graph]; a streamed request is too big to be worth it.
-  GraphLease& lease = lease_.emplace(request.graph(), limits, /*enabled=*/chunked == nullptr);
+  GraphLease& lease =
+      lease_.emplace(request.graph(), limits, /*enabled=*/chunked == nullptr, op_records);
   absl::StatusOr<EngineRequest> converted = FromProto(request, limits, chunked, lease.reusable());
   if (chunked != nullptr) chunked->Clear();
   if (!converted.ok()) return converted.status();
@@ -83,10 +85,11 @@ absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const gra
 absl::Status RequestRunner::Run(const v1::GradRequest& request, const graph::Limits& limits,
                                 const std::shared_ptr<autograd::CancellationToken>& cancel,
                                 absl::Time admitted, v1::GradResponse* response,
-                                ChunkedRequest* chunked, ChunkedResponse* deferred) {
+                                ChunkedRequest* chunked, ChunkedResponse* deferred,
+                                const std::string* op_records) {
   response->set_request_id(request.request_id());
   try {
-    return RunOrThrow(request, limits, cancel, admitted, response, chunked, deferred);
+    return RunOrThrow(request, limits, cancel, admitted, response, chunked, deferred, op_records);
   } catch (const StatusError& e) {
     return e.status();
   } catch (const std::bad_alloc&) {

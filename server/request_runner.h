@@ -25,6 +25,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -58,17 +59,19 @@ class RequestRunner {
   // in the chunks]): chunked, if not null, is the request that request was parsed from (see
   // FromProto); it is cleared once the engine's tensors are made, which frees the chunks
   // nothing adopted. deferred, if not null, takes the bytes of big tensors of the response
-  // (see ToProto).
+  // (see ToProto). For a unary call: op_records, if not null, are the records of request's
+  // ops as it carried them (UnaryMessages::op_records), for the graph cache (Note [Reusing a
+  // validated graph]); they must stay alive while Run runs.
   absl::Status Run(const v1::GradRequest& request, const graph::Limits& limits,
                    const std::shared_ptr<autograd::CancellationToken>& cancel, absl::Time admitted,
                    v1::GradResponse* response, ChunkedRequest* chunked = nullptr,
-                   ChunkedResponse* deferred = nullptr);
+                   ChunkedResponse* deferred = nullptr, const std::string* op_records = nullptr);
 
  private:
   absl::Status RunOrThrow(const v1::GradRequest& request, const graph::Limits& limits,
                           const std::shared_ptr<autograd::CancellationToken>& cancel,
                           absl::Time admitted, v1::GradResponse* response, ChunkedRequest* chunked,
-                          ChunkedResponse* deferred);
+                          ChunkedResponse* deferred, const std::string* op_records);
 
   // Declared before recorded_, so that it outlives it: the lease keeps the graph only once
   // nothing recorded from it is alive.

@@ -83,6 +83,12 @@ class UnaryMessages {
   v1::GradResponse* response() { return &response_; }
   // The serialized size of the request ParseRequest read.
   int64_t request_bytes() const { return static_cast<int64_t>(request_bytes_); }
+  // The records of request().graph().ops as the request carried them, which parse to exactly
+  // those ops (Note [Ops parsed once]); null if ParseRequest did not split the request. Valid
+  // until the holder is reset.
+  const std::string* op_records() const {
+    return ops_parsed_from_kept_bytes_ ? &kept_ops_bytes_ : nullptr;
+  }
 
  private:
   UnaryMessages() = default;

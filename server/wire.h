@@ -49,7 +49,10 @@ absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const gr
 // values: the same leaf names and requires_grad flags, and the same ops, with the same names,
 // attributes (floats compared bit for bit) and no_grad flags, and the same bodies. So Validate's
 // verdict on built holds for that graph, but for its leaves' values (ValidateLeafValues).
-bool SameStructure(const v1::Graph& wire, const graph::Graph& built);
+// compare_ops false skips the comparison of the ops (their count still counts): for a caller
+// that knows wire's ops to be the very ones built was made from, or ones equal to them
+// (Note [Reusing a validated graph] in server/graph_cache.h).
+bool SameStructure(const v1::Graph& wire, const graph::Graph& built, bool compare_ops = true);
 
 // Copies a tensor (any device, any layout) into a wire tensor with raw bytes. An undefined
 // tensor leaves out untouched. With deferred (a streamed response), the bytes of a big tensor

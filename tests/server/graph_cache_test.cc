@@ -50,11 +50,11 @@ struct Outcome {
   bool reused = false;
 };
 
-// Runs request as request_runner does, under limits.
+// Runs request as request_runner does, under limits, with op_records as its parse gave them.
 Outcome RunLeased(const v1::GradRequest& request, const graph::Limits& limits = {},
-                  bool enabled = true) {
+                  bool enabled = true, const std::string* op_records = nullptr) {
   Outcome out;
-  GraphLease lease(request.graph(), limits, enabled);
+  GraphLease lease(request.graph(), limits, enabled, op_records);
   out.reused = lease.reusable() != nullptr;
   if (out.reused) {
     // Kept graphs hold no client data.
@@ -187,6 +187,55 @@ TEST(GraphLeaseTest, NotKeptWhileSomethingElseHoldsIt) {
   }
   EXPECT_FALSE(RunLeased(request).reused);
   EXPECT_TRUE(held->leaves[0].value.defined()) << "a graph someone holds is left untouched";
+}
+
+// The records of request's ops as a serializer writes them (UnaryMessages::op_records).
+std::string OpRecords(const v1::GradRequest& request) {
+  v1::Graph ops_only;
+  *ops_only.mutable_ops() = request.graph().ops();
+  return ops_only.SerializeAsString();
+}
+
+TEST(GraphLeaseTest, EqualOpRecordsStandInForTheOps) {
+  const v1::GradRequest request = Request("records_");
+  const std::string records = OpRecords(request);
+  ASSERT_TRUE(RunLeased(request, {}, true, &records).status.ok());
+  for (float scale : {2.0f, -3.0f}) {
+    const v1::GradRequest again = Request("records_", scale);
+    const Outcome reused = RunLeased(again, {}, true, &records);
+    EXPECT_TRUE(reused.reused);
+    ASSERT_TRUE(reused.status.ok()) << reused.status;
+    EXPECT_EQ(reused.grad, Fresh(again).grad);
+  }
+
+  // Other ops (tanh becomes sigmoid) given under the kept records: the records alone decide,
+  // so the ops are not compared. This is why a caller must pass the request's own records.
+  v1::GradRequest sigmoid = Request("records_");
+  sigmoid.mutable_graph()->mutable_ops(1)->set_op("sigmoid");
+  EXPECT_TRUE(RunLeased(sigmoid, {}, true, &records).reused);
+  // With its own records it is compared whole, and is not the kept graph.
+  const std::string sigmoid_records = OpRecords(sigmoid);
+  const Outcome own = RunLeased(sigmoid, {}, true, &sigmoid_records);
+  EXPECT_FALSE(own.reused);
+  ASSERT_TRUE(own.status.ok()) << own.status;
+  EXPECT_EQ(own.grad, Fresh(sigmoid).grad);
+  // The cache now holds the sigmoid graph, with its records.
+  EXPECT_TRUE(RunLeased(sigmoid, {}, true, &sigmoid_records).reused);
+
+  // The rest of the structure and the limits are still compared under equal records.
+  v1::GradRequest frozen = sigmoid;
+  frozen.mutable_graph()->mutable_leaves(0)->set_requires_grad(false);
+  EXPECT_FALSE(RunLeased(frozen, {}, true, &sigmoid_records).reused);
+  ASSERT_TRUE(RunLeased(sigmoid, {}, true, &sigmoid_records).status.ok());
+  graph::Limits other;
+  other.max_ops = 1000;
+  EXPECT_FALSE(RunLeased(sigmoid, other, true, &sigmoid_records).reused);
+
+  // A request whose records are unknown is compared whole, and leaves the kept graph's
+  // records unknown: the next request is compared whole too, whatever its records.
+  ASSERT_TRUE(RunLeased(sigmoid, {}, true, &sigmoid_records).status.ok());
+  EXPECT_TRUE(RunLeased(sigmoid).reused);
+  EXPECT_FALSE(RunLeased(request, {}, true, &sigmoid_records).reused);
 }
 
 // SameStructure against the graph FromProto built from the same wire graph, mutated one field at
