@@ -31,8 +31,9 @@
 // Bounds: one graph per thread; kept only without checkpoint bodies, with at most kMaxOps ops,
 // and at most kMaxStructureBytes in its strings (names, op names, string attributes; each
 // counted with its std::string object) and its list attributes. With the ops' fixed size and
-// the slots, a kept graph takes under about 0.2 MiB. Its leaves' values are dropped before it
-// is kept, so no client data outlives its request.
+// the slots, a kept graph takes under about 0.2 MiB, and its op records at most the 8 KiB of
+// a request that is split (UnaryMessages::kMaxReusedBytes). Its leaves' values are dropped
+// before it is kept, so no client data outlives its request.
 
 #ifndef GRADSERVE_SERVER_GRAPH_CACHE_H_
 #define GRADSERVE_SERVER_GRAPH_CACHE_H_
