@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"
+#include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "proto/chunking.h"
@@ -18,6 +19,7 @@ namespace {
 
 using google::protobuf::Descriptor;
 using google::protobuf::FieldDescriptor;
+using google::protobuf::io::CodedOutputStream;
 using WireFormat = google::protobuf::internal::WireFormatLite;
 using Chunks = std::vector<std::shared_ptr<std::string>>;
 
@@ -26,16 +28,7 @@ constexpr int kMaxDepth = 100;
 constexpr int kTensorDataField = v1::Tensor::kDataFieldNumber;
 constexpr int kMarkerField = ChunkedRequest::kExternalDataField;
 
-size_t VarintSize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-
-// Writes v as a varint of exactly n bytes (n >= VarintSize(v)), padding with continuation
+// Writes v as a varint of exactly n bytes (at least its VarintSize64), padding with continuation
 // bytes: protobuf reads such non-minimal varints as the same value.
 void PutPaddedVarint(uint64_t v, size_t n, char* out) {
   for (size_t i = 0; i + 1 < n; ++i) {
@@ -191,7 +184,7 @@ class ChunkedRequest::Walker {
             // saves more than its marker costs), so each byte is copied once, at any depth.
             PutVarint(tag, append);
             const size_t length_at = out->size();
-            const size_t length_bytes = VarintSize(n);
+            const size_t length_bytes = CodedOutputStream::VarintSize64(n);
             out->append(length_bytes, '\0');
             if (absl::Status s = Message(f->message_type(), n, depth + 1, out); !s.ok()) return s;
             const size_t written = out->size() - length_at - length_bytes;
@@ -365,7 +358,7 @@ class Splicer {
               const size_t slot = sizes_.size();
               sizes_.push_back(0);
               sizes_[slot] = Walk(f->message_type(), sub_end, nullptr);
-              size += VarintSize(sizes_[slot]) + sizes_[slot];
+              size += CodedOutputStream::VarintSize64(sizes_[slot]) + sizes_[slot];
             } else {
               PutVarint(sizes_[next_size_++], put);
               size += Walk(f->message_type(), sub_end, out);

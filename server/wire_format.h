@@ -1,6 +1,7 @@
-// protobuf's varint, read and written by hand where the server works on a request's bytes
-// rather than on parsed messages: the chunked stream (server/chunked_request.cc) and the
-// unary request's split (Note [Ops parsed once], server/unary_messages.cc).
+// protobuf's varint where the server works on a request's bytes rather than on parsed
+// messages: the chunked stream (server/chunked_request.cc) and the unary request's split
+// (Note [Ops parsed once], server/unary_messages.cc). Written with protobuf's encoder; read by
+// hand, since the chunked reader's bytes span chunks, which protobuf's readers do not take.
 //
 // Thread safety: stateless functions.
 
@@ -10,19 +11,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "google/protobuf/io/coded_stream.h"
+
 namespace gradserve::server {
 
-// Writes v as a varint (or a tag) with append(const char*, size_t).
+// Writes v as a varint (or a tag) with append(const char*, size_t), encoded by protobuf.
 template <typename Append>
 void PutVarint(uint64_t v, Append&& append) {
-  char buf[10];
-  size_t n = 0;
-  while (v >= 0x80) {
-    buf[n++] = static_cast<char>(v | 0x80);
-    v >>= 7;
-  }
-  buf[n++] = static_cast<char>(v);
-  append(buf, n);
+  uint8_t buf[10];
+  const uint8_t* end = google::protobuf::io::CodedOutputStream::WriteVarint64ToArray(v, buf);
+  append(reinterpret_cast<const char*>(buf), static_cast<size_t>(end - buf));
 }
 
 // Reads a varint of at most ten bytes, taking each from next_byte() (an unsigned char) while
