@@ -2,9 +2,7 @@
 // --max_inline_cost and --max_in_flight's refusals, checked on the real binary and through
 // ServerOptions.
 
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -135,11 +133,26 @@ TEST(ServerFlagsTest, StartUpLineNamesTheMallocInUse) {
   ASSERT_GT(process.WaitForPort(absl::Seconds(30)), 0) << process.Log();
   const char* expected = GRADSERVE_SERVER_MIMALLOC ? ", malloc mimalloc)" : ", malloc glibc)";
   EXPECT_TRUE(absl::StrContains(process.Log(), expected)) << process.Log();
+  EXPECT_EQ(absl::StrContains(MappedFiles(process.pid()), "libmimalloc"),
+            GRADSERVE_SERVER_MIMALLOC);
+}
 
-  std::ifstream maps(absl::StrCat("/proc/", process.pid(), "/maps"));
-  std::stringstream mapped;
-  mapped << maps.rdbuf();
-  EXPECT_EQ(absl::StrContains(mapped.str(), "libmimalloc"), GRADSERVE_SERVER_MIMALLOC);
+// Note [cuBLAS loaded on first use] (engine/device/cuda/cublas_library.h): with or without a
+// GPU, a server that has only worked on the CPU, matrix products included, has not loaded
+// cuBLAS and the 150 MiB it brings.
+TEST(ServerFlagsTest, CublasIsNotLoadedByCpuWork) {
+  ServerProcess process(std::vector<std::string>{});
+  const int port = process.WaitForPort(absl::Seconds(30));
+  ASSERT_GT(port, 0) << process.Log();
+  std::unique_ptr<client::Client> client =
+      client::Client::Connect(absl::StrCat("127.0.0.1:", port));
+  client::CallOptions options;
+  options.timeout = absl::Seconds(30);
+  absl::StatusOr<client::GradResult> r = client->Grad(SlowRequest(/*steps=*/3, /*n=*/16), options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::string mapped = MappedFiles(process.pid());
+  ASSERT_TRUE(absl::StrContains(mapped, "gradserve-server")) << "cannot read the maps";
+  EXPECT_FALSE(absl::StrContains(mapped, "libcublas")) << mapped;
 }
 
 // --- --devices and --simulated_devices ---

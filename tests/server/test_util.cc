@@ -183,6 +183,13 @@ grpc::Status SendUnaryBytes(const std::shared_ptr<grpc::Channel>& channel,
   return done.get_future().get();
 }
 
+std::string MappedFiles(pid_t pid) {
+  std::ifstream maps(absl::StrCat("/proc/", pid, "/maps"));
+  std::stringstream mapped;
+  mapped << maps.rdbuf();
+  return mapped.str();
+}
+
 absl::Status CheckSquareWorks(client::Client& client) {
   client::CallOptions options;
   options.timeout = absl::Seconds(30);

@@ -65,6 +65,9 @@ class ServerProcess {
   pid_t pid_ = -1;
 };
 
+// The text of /proc/PID/maps: the files process pid has mapped (empty if it cannot be read).
+std::string MappedFiles(pid_t pid);
+
 // loss = sum(x * x) with x = [1, 2, 3] float32 requiring grad; one grad call for x.
 v1::GradRequest SquareRequest();
 

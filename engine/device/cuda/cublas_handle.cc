@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "engine/device/cuda/cublas_library.h"
 #include "engine/device/cuda/cuda_check.h"
 #include "engine/device/cuda/cuda_stream.h"
 #include "engine/tensor/status_error.h"
@@ -26,7 +27,7 @@ struct ThreadHandles {
       int previous = -1;
       if (cudaGetDevice(&previous) != cudaSuccess) continue;
       if (cudaSetDevice(physical[i]) != cudaSuccess) continue;
-      (void)cublasDestroy(handles[i]);
+      (void)CublasApi().destroy(handles[i]);  // loaded: the handle was made through it
       (void)cudaSetDevice(previous);
     }
   }
@@ -36,9 +37,11 @@ struct ThreadHandles {
 
 [[noreturn]] void ThrowCublasError(cublasStatus_t status, const char* what, const char* file,
                                    int line) {
+  // A status came from a cuBLAS call, so the library is loaded.
+  const CublasFunctions& cublas = CublasApi();
   const std::string message =
       absl::StrCat("cuBLAS error in ", what, " at ", file, ":", line, ": ",
-                   cublasGetStatusName(status), ": ", cublasGetStatusString(status));
+                   cublas.get_status_name(status), ": ", cublas.get_status_string(status));
   if (status == CUBLAS_STATUS_ALLOC_FAILED) ThrowStatus(absl::ResourceExhaustedError(message));
   ThrowStatus(absl::InternalError(message));
 }
@@ -54,12 +57,12 @@ cublasHandle_t CublasHandle(int index) {
     const int physical = PhysicalIndex(index);
     DeviceGuard guard(physical);
     cublasHandle_t made = nullptr;
-    GS_CUBLAS_CHECK(cublasCreate(&made));
+    GS_CUBLAS_CHECK(CublasApi().create(&made));  // loads cuBLAS the first time
     handle = made;
     table.physical[index] = physical;
-    GS_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+    GS_CUBLAS_CHECK(CublasApi().set_math_mode(handle, CUBLAS_DEFAULT_MATH));
   }
-  GS_CUBLAS_CHECK(cublasSetStream(handle, CurrentStream(index)));
+  GS_CUBLAS_CHECK(CublasApi().set_stream(handle, CurrentStream(index)));
   return handle;
 }
 

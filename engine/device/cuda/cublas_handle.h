@@ -5,7 +5,8 @@
 // table (destroyed when the thread exits). CublasHandle sets the handle's stream to the calling
 // thread's current stream of that GPU on every call (Note [CUDA streams]), so gemms queue with
 // the kernels around them. Handles use CUBLAS_DEFAULT_MATH (no TF32), so float32 products agree
-// with OpenBLAS on the CPU to rounding.
+// with OpenBLAS on the CPU to rounding. Making the first handle loads cuBLAS (Note [cuBLAS
+// loaded on first use], cublas_library.h).
 //
 // The caller makes the GPU current (cuda::DeviceGuard) around the cuBLAS calls it makes.
 // Errors: GS_CUBLAS_CHECK turns a failed cuBLAS call into StatusError (RESOURCE_EXHAUSTED when

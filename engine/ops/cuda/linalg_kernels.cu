@@ -3,13 +3,16 @@
 //
 // cuBLAS is column-major and a row-major [R, C] matrix with row stride ld is a column-major
 // [C, R] one with leading dimension ld, so row-major C = op(A) @ op(B) is computed as the
-// column-major C^T = op(B)^T @ op(A)^T: B first, then A, with n and m swapped.
+// column-major C^T = op(B)^T @ op(A)^T: B first, then A, with n and m swapped. The cuBLAS
+// functions come from cuda::CublasApi (Note [cuBLAS loaded on first use]); the handle was made
+// through it, so it is loaded by the time they are called.
 
 #include <cublas_v2.h>
 
 #include <cstdint>
 
 #include "engine/device/cuda/cublas_handle.h"
+#include "engine/device/cuda/cublas_library.h"
 #include "engine/device/cuda/cuda_check.h"
 #include "engine/device/cuda/cuda_stream.h"
 #include "engine/ops/nn_kernels.h"
@@ -30,9 +33,10 @@ cublasStatus_t GemmStridedBatched<float>(cublasHandle_t h, cublasOperation_t ta,
                                          const float* alpha, const float* a, int lda, long long sa,
                                          const float* b, int ldb, long long sb, const float* beta,
                                          float* c, int ldc, long long sc, int count) {
-  if (count == 1) return cublasSgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc,
-                                   sc, count);
+  const cuda::CublasFunctions& cublas = cuda::CublasApi();
+  if (count == 1) return cublas.sgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  return cublas.sgemm_strided_batched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c,
+                                      ldc, sc, count);
 }
 
 template <>
@@ -42,9 +46,10 @@ cublasStatus_t GemmStridedBatched<double>(cublasHandle_t h, cublasOperation_t ta
                                           long long sa, const double* b, int ldb, long long sb,
                                           const double* beta, double* c, int ldc, long long sc,
                                           int count) {
-  if (count == 1) return cublasDgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  return cublasDgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc,
-                                   sc, count);
+  const cuda::CublasFunctions& cublas = cuda::CublasApi();
+  if (count == 1) return cublas.dgemm(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  return cublas.dgemm_strided_batched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c,
+                                      ldc, sc, count);
 }
 
 template <typename T>

@@ -1,0 +1,98 @@
+#include "engine/device/cuda/cublas_library.h"
+
+#include <dlfcn.h>
+
+#include <string>
+#include <type_traits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/tensor/status_error.h"
+
+// The symbol a cuBLAS name of cublas_v2.h stands for, after the header's macros: two levels,
+// so that GS_CUBLAS_SYMBOL(cublasCreate) is "cublasCreate_v2". libcublas also exports the
+// legacy API's unversioned cublasSgemm, with another signature, so the name must be the
+// macro's.
+#define GS_CUBLAS_STRINGIFY(name) #name
+#define GS_CUBLAS_SYMBOL(name) GS_CUBLAS_STRINGIFY(name)
+
+namespace gradserve::cuda {
+
+const char* const kCublasLibraryName = GRADSERVE_CUBLAS_LIBRARY_NAME;
+const char* const kCublasBuildDirectory = GRADSERVE_CUBLAS_BUILD_DIRECTORY;
+
+namespace {
+
+// The outcome of the one load: the functions, or why there are none.
+struct LoadedCublas {
+  CublasFunctions functions{};
+  absl::Status status;
+};
+
+// dlopen's handle for libcublas, trying the loader's search and then the build's directory;
+// null with *errors saying why each failed.
+void* OpenCublas(std::string* errors) {
+  const std::string candidates[] = {kCublasLibraryName,
+                                    absl::StrCat(kCublasBuildDirectory, "/", kCublasLibraryName)};
+  for (const std::string& path : candidates) {
+    if (void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return library;
+    const char* error = dlerror();
+    absl::StrAppend(errors, errors->empty() ? "" : "; ", error != nullptr ? error : path);
+  }
+  return nullptr;
+}
+
+LoadedCublas LoadCublas() {
+  LoadedCublas loaded;
+  std::string errors;
+  void* library = OpenCublas(&errors);
+  if (library == nullptr) {
+    loaded.status = absl::InternalError(absl::StrCat(
+        "cannot load cuBLAS (", kCublasLibraryName,
+        "), which matrix products on a GPU need; install it where the loader finds it: ", errors));
+    return loaded;
+  }
+  auto resolve = [&](auto* slot, const char* symbol) {
+    void* address = dlsym(library, symbol);
+    if (address == nullptr && loaded.status.ok()) {
+      loaded.status = absl::InternalError(
+          absl::StrCat("cuBLAS (", kCublasLibraryName, ") has no function ", symbol));
+    }
+    *slot = reinterpret_cast<std::remove_pointer_t<decltype(slot)>>(address);
+  };
+  CublasFunctions& f = loaded.functions;
+  resolve(&f.create, GS_CUBLAS_SYMBOL(cublasCreate));
+  resolve(&f.destroy, GS_CUBLAS_SYMBOL(cublasDestroy));
+  resolve(&f.set_stream, GS_CUBLAS_SYMBOL(cublasSetStream));
+  resolve(&f.set_math_mode, GS_CUBLAS_SYMBOL(cublasSetMathMode));
+  resolve(&f.get_status_name, GS_CUBLAS_SYMBOL(cublasGetStatusName));
+  resolve(&f.get_status_string, GS_CUBLAS_SYMBOL(cublasGetStatusString));
+  resolve(&f.sgemm, GS_CUBLAS_SYMBOL(cublasSgemm));
+  resolve(&f.dgemm, GS_CUBLAS_SYMBOL(cublasDgemm));
+  resolve(&f.sgemm_strided_batched, GS_CUBLAS_SYMBOL(cublasSgemmStridedBatched));
+  resolve(&f.dgemm_strided_batched, GS_CUBLAS_SYMBOL(cublasDgemmStridedBatched));
+  if (!loaded.status.ok()) {
+    loaded.functions = CublasFunctions{};
+    dlclose(library);
+  }
+  // Otherwise the library stays loaded for the life of the process: threads keep cuBLAS
+  // handles until they exit.
+  return loaded;
+}
+
+}  // namespace
+
+const CublasFunctions& CublasApi() {
+  static const LoadedCublas* const loaded = new LoadedCublas(LoadCublas());
+  if (!loaded->status.ok()) ThrowStatus(loaded->status);
+  return loaded->functions;
+}
+
+bool CublasLoaded() {
+  void* library = dlopen(kCublasLibraryName, RTLD_NOW | RTLD_NOLOAD);
+  if (library == nullptr) return false;
+  dlclose(library);  // NOLOAD took a reference
+  return true;
+}
+
+}  // namespace gradserve::cuda
