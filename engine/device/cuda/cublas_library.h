@@ -6,10 +6,11 @@
 // resident memory before any call (their own start-up work): a server linked with them sat at
 // 176 MiB idle where one built without the CUDA backend sat at 21 MiB, GPU or no GPU. Only a
 // matrix product on a GPU needs cuBLAS, so the backend does not link it: CublasApi() loads it
-// with dlopen the first time a cuBLAS handle is made (cublas_handle.h), which only a matmul on
-// a "cuda:N" tensor does. A server on a machine without a GPU, or one that never multiplies
-// matrices on its GPU, never loads it. The first GPU matmul pays the load once; nothing else
-// changes: the functions and their arguments are cuBLAS's own, called through pointers.
+// with dlopen the first time a cuBLAS handle is made (cublas_handle.h), which only a matrix
+// product on "cuda:N" tensors does (matmul, and conv2d, which multiplies through matmul). A
+// server on a machine without a GPU, or one that never multiplies matrices on its GPU, never
+// loads it. The first GPU matrix product pays the load once; nothing else changes: the
+// functions and their arguments are cuBLAS's own, called through pointers.
 //
 // Where it is looked for: the library's versioned name (kCublasLibraryName, libcublas.so.13
 // for CUDA 13) through the dynamic loader's search (LD_LIBRARY_PATH, the ld.so cache), then in
