@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "engine/device/cuda_devices.h"
 #include "gtest/gtest.h"
 
@@ -66,6 +68,27 @@ TEST(CublasLibraryTest, LoadsAndResolvesEveryFunction) {
   }
   // The same table on every call.
   EXPECT_EQ(&cuda::CublasApi(), cublas);
+#endif
+}
+
+TEST(CublasLibraryTest, AMissingLibraryIsAnInternalErrorNamingIt) {
+  if (!CudaBuilt()) GTEST_SKIP() << "this build has no CUDA backend";
+#if defined(GRADSERVE_HAS_CUDA)
+  absl::StatusOr<cuda::CublasFunctions> missing =
+      cuda::LoadCublasFrom("libgradserve_no_such_cublas.so.13", "/nonexistent");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInternal);
+  // Both places it looked, with the loader's reasons.
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), "libgradserve_no_such_cublas.so.13"))
+      << missing.status();
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), "/nonexistent/")) << missing.status();
+
+  // A library that opens but is not cuBLAS names the first function it lacks.
+  absl::StatusOr<cuda::CublasFunctions> other = cuda::LoadCublasFrom("libm.so.6", "/nonexistent");
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kInternal);
+  EXPECT_TRUE(absl::StrContains(other.status().message(), "has no function cublasCreate_v2"))
+      << other.status();
 #endif
 }
 

@@ -23,17 +23,10 @@ const char* const kCublasBuildDirectory = GRADSERVE_CUBLAS_BUILD_DIRECTORY;
 
 namespace {
 
-// The outcome of the one load: the functions, or why there are none.
-struct LoadedCublas {
-  CublasFunctions functions{};
-  absl::Status status;
-};
-
-// dlopen's handle for libcublas, trying the loader's search and then the build's directory;
+// dlopen's handle for the library `name`, trying the loader's search and then `directory`;
 // null with *errors saying why each failed.
-void* OpenCublas(std::string* errors) {
-  const std::string candidates[] = {kCublasLibraryName,
-                                    absl::StrCat(kCublasBuildDirectory, "/", kCublasLibraryName)};
+void* OpenLibrary(const std::string& name, const std::string& directory, std::string* errors) {
+  const std::string candidates[] = {name, absl::StrCat(directory, "/", name)};
   for (const std::string& path : candidates) {
     if (void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return library;
     const char* error = dlerror();
@@ -42,25 +35,26 @@ void* OpenCublas(std::string* errors) {
   return nullptr;
 }
 
-LoadedCublas LoadCublas() {
-  LoadedCublas loaded;
+}  // namespace
+
+absl::StatusOr<CublasFunctions> LoadCublasFrom(const std::string& name,
+                                               const std::string& directory) {
   std::string errors;
-  void* library = OpenCublas(&errors);
+  void* library = OpenLibrary(name, directory, &errors);
   if (library == nullptr) {
-    loaded.status = absl::InternalError(absl::StrCat(
-        "cannot load cuBLAS (", kCublasLibraryName,
+    return absl::InternalError(absl::StrCat(
+        "cannot load cuBLAS (", name,
         "), which matrix products on a GPU need; install it where the loader finds it: ", errors));
-    return loaded;
   }
+  CublasFunctions f{};
+  absl::Status status;
   auto resolve = [&](auto* slot, const char* symbol) {
     void* address = dlsym(library, symbol);
-    if (address == nullptr && loaded.status.ok()) {
-      loaded.status = absl::InternalError(
-          absl::StrCat("cuBLAS (", kCublasLibraryName, ") has no function ", symbol));
+    if (address == nullptr && status.ok()) {
+      status = absl::InternalError(absl::StrCat("cuBLAS (", name, ") has no function ", symbol));
     }
     *slot = reinterpret_cast<std::remove_pointer_t<decltype(slot)>>(address);
   };
-  CublasFunctions& f = loaded.functions;
   resolve(&f.create, GS_CUBLAS_SYMBOL(cublasCreate));
   resolve(&f.destroy, GS_CUBLAS_SYMBOL(cublasDestroy));
   resolve(&f.set_stream, GS_CUBLAS_SYMBOL(cublasSetStream));
@@ -71,21 +65,20 @@ LoadedCublas LoadCublas() {
   resolve(&f.dgemm, GS_CUBLAS_SYMBOL(cublasDgemm));
   resolve(&f.sgemm_strided_batched, GS_CUBLAS_SYMBOL(cublasSgemmStridedBatched));
   resolve(&f.dgemm_strided_batched, GS_CUBLAS_SYMBOL(cublasDgemmStridedBatched));
-  if (!loaded.status.ok()) {
-    loaded.functions = CublasFunctions{};
+  if (!status.ok()) {
     dlclose(library);
+    return status;
   }
-  // Otherwise the library stays loaded for the life of the process: threads keep cuBLAS
-  // handles until they exit.
-  return loaded;
+  // The library stays loaded for the life of the process: threads keep cuBLAS handles until
+  // they exit.
+  return f;
 }
 
-}  // namespace
-
 const CublasFunctions& CublasApi() {
-  static const LoadedCublas* const loaded = new LoadedCublas(LoadCublas());
-  if (!loaded->status.ok()) ThrowStatus(loaded->status);
-  return loaded->functions;
+  static const auto* const loaded = new absl::StatusOr<CublasFunctions>(
+      LoadCublasFrom(kCublasLibraryName, kCublasBuildDirectory));
+  if (!loaded->ok()) ThrowStatus(loaded->status());
+  return **loaded;
 }
 
 bool CublasLoaded() {

@@ -28,6 +28,10 @@
 
 #include <cublas_v2.h>
 
+#include <string>
+
+#include "absl/status/statusor.h"
+
 namespace gradserve::cuda {
 
 // cublas_v2.h maps some names to versioned symbols by macro (cublasCreate is cublasCreate_v2);
@@ -53,6 +57,13 @@ extern const char* const kCublasBuildDirectory;
 // Note [cuBLAS loaded on first use]: loads libcublas on the first call and returns its
 // functions, or throws StatusError (INTERNAL) if it cannot be loaded.
 const CublasFunctions& CublasApi();
+
+// What CublasApi does once with kCublasLibraryName and kCublasBuildDirectory: loads the
+// library `name` through the loader's search, else from `directory`, and resolves every
+// function. INTERNAL, naming the library and why, if it cannot; a library it could open but
+// not resolve is closed again.
+absl::StatusOr<CublasFunctions> LoadCublasFrom(const std::string& name,
+                                               const std::string& directory);
 
 // Whether this process has loaded libcublas (by CublasApi or otherwise), read from the
 // dynamic loader without loading it.
