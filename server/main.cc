@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "engine/device/device_registry.h"
 #include "engine/tensor/host_malloc.h"
+#include "engine/util/flag_spelling.h"
 #include "engine/util/process_start.h"
 #include "server/devices_flag.h"
 #include "server/grad_server.h"
@@ -175,6 +176,7 @@ int main(int argc, char** argv) {
   };
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);
-  absl::ParseCommandLine(argc, argv);
+  gradserve::FlagArguments arguments(argc, argv);  // Note [Flag spelling]
+  absl::ParseCommandLine(arguments.argc(), arguments.argv());
   return gradserve::server::Main();
 }

@@ -9,6 +9,7 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "client/cli/command.h"
+#include "engine/util/flag_spelling.h"
 #include "engine/util/process_start.h"
 
 namespace gradserve::cli {
@@ -67,9 +68,10 @@ int Run(int argc, char** argv) {
     }
   }
   // Parse the command's flags as if it were its own program: argv[0] is "gradserve NAME".
+  FlagArguments spelled(argc, argv);  // Note [Flag spelling]
   std::string program = "gradserve " + name;
   std::vector<char*> args = {program.data()};
-  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  for (int i = 2; i < argc; ++i) args.push_back(spelled.argv()[i]);
   absl::SetProgramUsageMessage(command->usage);
   std::vector<char*> positional =
       absl::ParseCommandLine(static_cast<int>(args.size()), args.data());

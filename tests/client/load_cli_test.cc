@@ -94,6 +94,20 @@ TEST(LoadCliTest, RefusesBadAndUnboundedSettings) {
   EXPECT_NE(down.err.find("UNAVAILABLE"), std::string::npos) << down.err;
 }
 
+// Note [Flag spelling] (engine/util/flag_spelling.h): hyphens or underscores in flag names.
+TEST(LoadCliTest, FlagNamesMayBeWrittenWithHyphens) {
+  LocalServer server;
+  CliRun run = RunCli(absl::StrCat("--target=", server.target(),
+                                   " --scenario=ping --payload-bytes=64 --requests=5 "
+                                   "--max-duration=20s --format=csv --quiet"));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out.rfind("metric,value\n", 0), 0u) << run.out;
+  // A name that is no flag either way is reported as it was typed.
+  CliRun unknown = RunCli("--target=127.0.0.1:1 --scenario=ping --requests=1 --no-such-flag=1");
+  EXPECT_EQ(unknown.exit_code, 1) << unknown.err;
+  EXPECT_NE(unknown.err.find("no-such-flag"), std::string::npos) << unknown.err;
+}
+
 TEST(LoadCliTest, FailedCallsExitOneWithTheReport) {
   LocalServer server;
   const std::string path = TestTempPath("unknown_op.json");

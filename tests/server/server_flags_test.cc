@@ -53,6 +53,29 @@ TEST(ServerFlagsTest, BadFlagValuesStopTheBinaryWithAMessage) {
   }
 }
 
+// Note [Flag spelling] (engine/util/flag_spelling.h): --grace-period is --grace_period; a name
+// that is no flag either way still stops the server, named as typed.
+TEST(ServerFlagsTest, FlagNamesMayBeWrittenWithHyphens) {
+  {
+    ServerProcess process({"--max-inline-cost=0", "--grace-period=1s", "--log-requests=all"});
+    const int port = process.WaitForPort(absl::Seconds(30));
+    ASSERT_GT(port, 0) << process.Log();
+    std::unique_ptr<client::Client> client =
+        client::Client::Connect(absl::StrCat("127.0.0.1:", port));
+    EXPECT_TRUE(CheckSquareWorks(*client).ok());
+  }
+  {
+    ServerProcess process({"--max-inline-cost=-5"});
+    EXPECT_EQ(process.WaitForExit(absl::Seconds(20)), 2);
+    EXPECT_TRUE(absl::StrContains(process.Log(), "--max_inline_cost")) << process.Log();
+  }
+  {
+    ServerProcess process({"--no-such-flag=1"});
+    EXPECT_NE(process.WaitForExit(absl::Seconds(20)), 0);
+    EXPECT_TRUE(absl::StrContains(process.Log(), "no-such-flag")) << process.Log();
+  }
+}
+
 TEST(ServerFlagsTest, HelpListsTheServersFlags) {
   ServerProcess process({"--help"});
   EXPECT_EQ(process.WaitForExit(absl::Seconds(20)), 1);  // absl's exit code for --help
