@@ -68,13 +68,12 @@ int Run(int argc, char** argv) {
     }
   }
   // Parse the command's flags as if it were its own program: argv[0] is "gradserve NAME".
-  FlagArguments spelled(argc, argv);  // Note [Flag spelling]
   std::string program = "gradserve " + name;
   std::vector<char*> args = {program.data()};
-  for (int i = 2; i < argc; ++i) args.push_back(spelled.argv()[i]);
+  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  FlagArguments spelled(static_cast<int>(args.size()), args.data());  // Note [Flag spelling]
   absl::SetProgramUsageMessage(command->usage);
-  std::vector<char*> positional =
-      absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+  std::vector<char*> positional = absl::ParseCommandLine(spelled.argc(), spelled.argv());
   return command->run(std::vector<std::string>(positional.begin() + 1, positional.end()));
 }
 

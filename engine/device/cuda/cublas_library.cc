@@ -81,11 +81,4 @@ const CublasFunctions& CublasApi() {
   return **loaded;
 }
 
-bool CublasLoaded() {
-  void* library = dlopen(kCublasLibraryName, RTLD_NOW | RTLD_NOLOAD);
-  if (library == nullptr) return false;
-  dlclose(library);  // NOLOAD took a reference
-  return true;
-}
-
 }  // namespace gradserve::cuda

@@ -65,10 +65,6 @@ const CublasFunctions& CublasApi();
 absl::StatusOr<CublasFunctions> LoadCublasFrom(const std::string& name,
                                                const std::string& directory);
 
-// Whether this process has loaded libcublas (by CublasApi or otherwise), read from the
-// dynamic loader without loading it.
-bool CublasLoaded();
-
 }  // namespace gradserve::cuda
 
 #endif  // GRADSERVE_ENGINE_DEVICE_CUDA_CUBLAS_LIBRARY_H_
