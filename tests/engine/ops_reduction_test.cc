@@ -21,6 +21,7 @@ using ::gradserve::testing::RandomInput;
 using ::gradserve::testing::op_test::ExpectInvalid;
 using ::gradserve::testing::op_test::ExpectNear;
 using ::gradserve::testing::op_test::F64;
+using ::gradserve::testing::op_test::I64;
 using ::gradserve::testing::op_test::Values;
 
 using ReduceFn = Tensor (*)(const Tensor&, absl::Span<const int64_t>, bool);
@@ -184,6 +185,41 @@ TEST(ReductionValuesTest, BackwardNodeNames) {
 TEST(ReductionValuesTest, LongSumIsAccurateInFloat32) {
   Tensor x = Tensor::Full({1 << 20}, 0.1, DType::kFloat32);
   EXPECT_NEAR(sum(x).item(), 0.1f * (1 << 20), 1e-2);
+}
+
+// Note [Reducing a row in lanes]: rows of every length around the lane count and its multiples,
+// so that each lane, the tail and the short path all take part; the values are integers, so
+// every order of summing gives the same exact result.
+TEST(ReductionValuesTest, LongRowsReduceInLanes) {
+  for (int64_t n : {1, 7, 15, 16, 17, 23, 24, 31, 100, 1001}) {
+    SCOPED_TRACE(n);
+    std::vector<double> values(static_cast<size_t>(n));
+    std::vector<int64_t> ints(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      values[i] = static_cast<double>((i * 37) % 101) - 50;
+      ints[i] = (i * 37) % 101 - 50;
+    }
+    double total = 0;
+    for (double v : values) total += v;
+    ExpectNear(sum(F64(values, {n})), {total});
+    ExpectNear(mean(F64(values, {n})), {total / static_cast<double>(n)});
+    ExpectNear(sum(I64(ints, {n})), {total});
+    // The same row read with stride 2 out of a buffer twice as long.
+    std::vector<double> spaced(static_cast<size_t>(2 * n), 1e6);
+    for (int64_t i = 0; i < n; ++i) spaced[2 * i] = values[i];
+    ExpectNear(sum(F64(spaced, {2 * n}).AsStrided({n}, {2}, 0)), {total});
+    // The largest element, and a NaN, at every position: whichever lane holds it wins.
+    for (int64_t at = 0; at < n; ++at) {
+      std::vector<double> peaked = values;
+      peaked[at] = 1000;
+      ExpectNear(amax(F64(peaked, {n})), {1000});
+      std::vector<int64_t> peaked_ints = ints;
+      peaked_ints[at] = 1000;
+      ExpectNear(amax(I64(peaked_ints, {n})), {1000});
+      peaked[at] = NAN;
+      ExpectNear(amax(F64(peaked, {n})), {NAN});
+    }
+  }
 }
 
 TEST(ReductionValuesTest, StridedInput) {
