@@ -11,12 +11,13 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "engine/device/device_registry.h"
 #include "engine/tensor/host_malloc.h"
-#include "engine/util/flag_spelling.h"
+#include "engine/util/flag_arguments.h"
 #include "engine/util/process_start.h"
 #include "server/devices_flag.h"
 #include "server/grad_server.h"
@@ -177,6 +178,12 @@ int main(int argc, char** argv) {
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);
   gradserve::FlagArguments arguments(argc, argv);  // Note [Flag spelling]
+  if (absl::Status checked = arguments.Check(); !checked.ok()) {
+    // Note [Flags checked first]
+    std::fprintf(stderr, "gradserve-server: %s; 'gradserve-server --help' lists the flags\n",
+                 std::string(checked.message()).c_str());
+    return 2;
+  }
   absl::ParseCommandLine(arguments.argc(), arguments.argv());
   return gradserve::server::Main();
 }

@@ -8,8 +8,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
 #include "client/cli/command.h"
-#include "engine/util/flag_spelling.h"
+#include "engine/util/flag_arguments.h"
 #include "engine/util/process_start.h"
 
 namespace gradserve::cli {
@@ -72,6 +73,12 @@ int Run(int argc, char** argv) {
   std::vector<char*> args = {program.data()};
   for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
   FlagArguments spelled(static_cast<int>(args.size()), args.data());  // Note [Flag spelling]
+  if (absl::Status checked = spelled.Check(command->flags); !checked.ok()) {
+    // Note [Flags checked first]
+    std::fprintf(stderr, "%s: %s; '%s --help' lists its flags\n", program.c_str(),
+                 std::string(checked.message()).c_str(), program.c_str());
+    return kExitUsage;
+  }
   absl::SetProgramUsageMessage(command->usage);
   std::vector<char*> positional = absl::ParseCommandLine(spelled.argc(), spelled.argv());
   return command->run(std::vector<std::string>(positional.begin() + 1, positional.end()));

@@ -94,7 +94,7 @@ TEST(LoadCliTest, RefusesBadAndUnboundedSettings) {
   EXPECT_NE(down.err.find("UNAVAILABLE"), std::string::npos) << down.err;
 }
 
-// Note [Flag spelling] (engine/util/flag_spelling.h): hyphens or underscores in flag names.
+// Note [Flag spelling] (engine/util/flag_arguments.h): hyphens or underscores in flag names.
 TEST(LoadCliTest, FlagNamesMayBeWrittenWithHyphens) {
   LocalServer server;
   CliRun run = RunCli(absl::StrCat("--target=", server.target(),
@@ -104,8 +104,31 @@ TEST(LoadCliTest, FlagNamesMayBeWrittenWithHyphens) {
   EXPECT_EQ(run.out.rfind("metric,value\n", 0), 0u) << run.out;
   // A name that is no flag either way is reported as it was typed.
   CliRun unknown = RunCli("--target=127.0.0.1:1 --scenario=ping --requests=1 --no-such-flag=1");
-  EXPECT_EQ(unknown.exit_code, 1) << unknown.err;
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.err;
   EXPECT_NE(unknown.err.find("no-such-flag"), std::string::npos) << unknown.err;
+}
+
+// Note [Flags checked first] (engine/util/flag_arguments.h): a bad flag is a usage error, exit
+// status 2, named, before any call is made; so is another command's flag.
+TEST(LoadCliTest, BadFlagsExitTwoNamingThem) {
+  const struct {
+    const char* arguments;
+    const char* message;
+  } cases[] = {
+      {"--scenario=ping --requests=1 --concurrency=abc",
+       "Illegal value 'abc' specified for flag 'concurrency'"},
+      {"--scenario=ping --requests", "flag '--requests' is missing its value"},
+      {"--scenario=ping --requests=1 --count=3", "'--count=3' is not a flag of this command"},
+      {"--scenario=ping --requests=1 --noquiet=1", "the negative form of a bool flag"},
+  };
+  for (const auto& c : cases) {
+    CliRun run = RunCli(absl::StrCat("--target=127.0.0.1:1 ", c.arguments));
+    EXPECT_EQ(run.exit_code, 2) << c.arguments << "\n" << run.err;
+    EXPECT_NE(run.err.find(c.message), std::string::npos) << run.err;
+    EXPECT_NE(run.err.find("'gradserve load --help' lists its flags"), std::string::npos)
+        << run.err;
+    EXPECT_EQ(run.out, "") << c.arguments;
+  }
 }
 
 TEST(LoadCliTest, FailedCallsExitOneWithTheReport) {
