@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -35,6 +35,7 @@
 #include "engine/tensor/host_malloc.h"
 #include "engine/tensor/memory_budget.h"
 #include "engine/tensor/tensor.h"
+#include "engine/util/flag_arguments.h"
 #include "engine/util/process_start.h"
 
 ABSL_FLAG(std::string, scenario, "all",
@@ -248,6 +249,11 @@ int Main() {
 }  // namespace gradserve::bench
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  absl::SetProgramUsageMessage(
+      "the engine scenarios (DESIGN.md section 6), timed backward only; one JSON "
+      "object per line.\nUsage: engine_bench [--scenario=all] [--repeats=7] [--threads=1] "
+      "[--memory] [--device=cpu]");
+  // Note [Flag spelling], Note [Flags checked first]
+  if (!gradserve::ParseFlags(argc, argv, "engine_bench").has_value()) return 2;
   return gradserve::bench::Main();
 }

@@ -177,13 +177,7 @@ int main(int argc, char** argv) {
   };
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);
-  gradserve::FlagArguments arguments(argc, argv);  // Note [Flag spelling]
-  if (absl::Status checked = arguments.Check(); !checked.ok()) {
-    // Note [Flags checked first]
-    std::fprintf(stderr, "gradserve-server: %s; 'gradserve-server --help' lists the flags\n",
-                 std::string(checked.message()).c_str());
-    return 2;
-  }
-  absl::ParseCommandLine(arguments.argc(), arguments.argv());
+  // Note [Flag spelling], Note [Flags checked first]
+  if (!gradserve::ParseFlags(argc, argv, "gradserve-server").has_value()) return 2;
   return gradserve::server::Main();
 }

@@ -2,6 +2,7 @@
 // subcommands; `gradserve COMMAND --help` describes one.
 
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,16 +73,11 @@ int Run(int argc, char** argv) {
   std::string program = "gradserve " + name;
   std::vector<char*> args = {program.data()};
   for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
-  FlagArguments spelled(static_cast<int>(args.size()), args.data());  // Note [Flag spelling]
-  if (absl::Status checked = spelled.Check(command->flags); !checked.ok()) {
-    // Note [Flags checked first]
-    std::fprintf(stderr, "%s: %s; '%s --help' lists its flags\n", program.c_str(),
-                 std::string(checked.message()).c_str(), program.c_str());
-    return kExitUsage;
-  }
   absl::SetProgramUsageMessage(command->usage);
-  std::vector<char*> positional = absl::ParseCommandLine(spelled.argc(), spelled.argv());
-  return command->run(std::vector<std::string>(positional.begin() + 1, positional.end()));
+  std::optional<std::vector<std::string>> positional =
+      ParseFlags(static_cast<int>(args.size()), args.data(), program, command->flags);
+  if (!positional.has_value()) return kExitUsage;  // Note [Flags checked first]
+  return command->run(*positional);
 }
 
 }  // namespace

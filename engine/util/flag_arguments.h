@@ -28,17 +28,20 @@
 // use --flagfile, --fromenv, --tryfromenv or --undefok are left to absl whole: what they bring
 // is absl's to read.
 //
-// Thread safety: make a FlagArguments in main, after the flags are registered (static
-// initialization) and before absl parses them.
+// Thread safety: call ParseFlags (or make a FlagArguments) in main, after the flags are
+// registered (static initialization) and before any thread reads them.
 
 #ifndef GRADSERVE_ENGINE_UTIL_FLAG_ARGUMENTS_H_
 #define GRADSERVE_ENGINE_UTIL_FLAG_ARGUMENTS_H_
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/commandlineflag.h"
+#include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -183,6 +186,24 @@ class FlagArguments {
   std::vector<std::string> arguments_;
   std::vector<char*> pointers_;
 };
+
+// What a main does with its arguments: spells them (Note [Flag spelling]), checks them (Note
+// [Flags checked first]; own as in Check) and parses them with absl::ParseCommandLine. Returns
+// the positional arguments (absl's, without argv[0]); on a bad flag, prints
+// "PROGRAM: message; 'PROGRAM --help' lists its flags" to stderr and returns nullopt, and the
+// main exits 2.
+inline std::optional<std::vector<std::string>> ParseFlags(int argc, char** argv,
+                                                          const std::string& program,
+                                                          absl::Span<const std::string> own = {}) {
+  FlagArguments arguments(argc, argv);
+  if (absl::Status checked = arguments.Check(own); !checked.ok()) {
+    std::fprintf(stderr, "%s: %s; '%s --help' lists its flags\n", program.c_str(),
+                 std::string(checked.message()).c_str(), program.c_str());
+    return std::nullopt;
+  }
+  const std::vector<char*> positional = absl::ParseCommandLine(arguments.argc(), arguments.argv());
+  return std::vector<std::string>(positional.begin() + 1, positional.end());
+}
 
 }  // namespace gradserve
 

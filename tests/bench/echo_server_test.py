@@ -1,6 +1,6 @@
 """bench/echo_server, as bench/run uses it: the load tester's echo scenario gets answers, and
 --work_us=N makes every call take at least N microseconds (the server busy-waits before it
-answers); a negative --work_us is refused.
+answers); a negative --work_us, and any bad flag, is refused with exit status 2.
 
 Usage: echo_server_test.py ECHO_SERVER GRADSERVE
 
@@ -37,10 +37,14 @@ def serve(echo_server, *flags):
 
 def main():
     echo_server, gradserve = sys.argv[1:3]
-    refused = subprocess.run([echo_server, "--work_us=-1"], capture_output=True, text=True,
-                             timeout=30)
-    if refused.returncode != 1 or "--work_us" not in refused.stderr:
-        sys.exit(f"--work_us=-1: exit {refused.returncode}, stderr {refused.stderr!r}")
+    # Bad flags are usage errors, exit 2, named (Note [Flags checked first]); names may be
+    # written with hyphens (Note [Flag spelling]).
+    for flag, named in (("--work_us=-1", "--work_us"), ("--work-us=-1", "--work_us"),
+                        ("--work_us=abc", "'work_us'"), ("--no-such-flag", "--no-such-flag")):
+        refused = subprocess.run([echo_server, flag], capture_output=True, text=True,
+                                 timeout=30)
+        if refused.returncode != 2 or named not in refused.stderr:
+            sys.exit(f"{flag}: exit {refused.returncode}, stderr {refused.stderr!r}")
 
     for flags, at_least_us in (((), 0), ((f"--work_us={WORK_US}",), WORK_US)):
         process, port = serve(echo_server, *flags)
