@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "proto/chunking.h"
+#include "server/chunk_message.h"
 #include "server/dispatch.h"
 #include "server/grpc_status.h"
 #include "server/log.h"
@@ -85,9 +86,11 @@ class GradService::UnaryGradReactor final : public grpc::ServerUnaryReactor {
 // chunks' bytes are moved into a ChunkedRequest, parsed once the client half-closes, whose big
 // tensor bytes the engine uses in place (Note [Tensor bytes left in the chunks]); the response is
 // serialized straight into chunk-sized strings, its big tensors' bytes copied once, from the
-// engine's tensors (ChunkedResponse), and each string is moved into the Chunk written and freed
-// once gRPC has sent it.
-class GradService::StreamGradReactor final : public grpc::ServerBidiReactor<v1::Chunk, v1::Chunk> {
+// engine's tensors (ChunkedResponse), and each string is handed to gRPC as the written chunk's
+// data, not copied, and goes back to the chunk pool once gRPC has sent it (Note [Chunks sent
+// without a copy]).
+class GradService::StreamGradReactor final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   StreamGradReactor(GradService* service, grpc::CallbackServerContext* context)
       : service_(service),
@@ -100,14 +103,22 @@ class GradService::StreamGradReactor final : public grpc::ServerBidiReactor<v1::
       return;
     }
     *chunk_.mutable_data() = chunking::BufferPool::Default().Take();
-    StartRead(&chunk_);
+    StartRead(&read_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
+      chunking::BufferPool::Default().Give(std::move(*chunk_.mutable_data()));  // reads are over
       RunRequest();
       return;
     }
+    if (!ParseChunk(&read_, &chunk_)) {
+      FailEarly(absl::InvalidArgumentError(
+          absl::StrCat("chunk ", chunks_read_ + 1,
+                       " of the stream is malformed: not a gradserve.v1.Chunk message")));
+      return;
+    }
+    ++chunks_read_;
     // total_bytes is only a claim: it can fail a call early, never size an allocation.
     const int64_t limit = service_->options_.max_request_bytes;
     if (chunk_.total_bytes() > limit ||
@@ -126,7 +137,7 @@ class GradService::StreamGradReactor final : public grpc::ServerBidiReactor<v1::
     } else {
       received_.Append(std::string(*data));
     }
-    StartRead(&chunk_);
+    StartRead(&read_);
   }
 
   void OnWriteDone(bool ok) override {
@@ -186,27 +197,27 @@ class GradService::StreamGradReactor final : public grpc::ServerBidiReactor<v1::
   }
 
   // Writes the next chunk of out_ (the first one carries the total size), or finishes once all
-  // were written. The chunk's bytes are moved, not copied, and the previous chunk's buffer goes
-  // back to the pool (Note [Chunk buffer pool]).
+  // were written. The chunk's bytes are moved, not copied (Note [Chunks sent without a copy]).
   void WriteNextChunk() {
-    chunking::BufferPool::Default().Give(std::move(*chunk_.mutable_data()));  // the one sent
     if (next_ == out_.size()) {
       std::vector<std::string>().swap(out_);
       Finish(grpc::Status::OK);
       return;
     }
-    chunk_.Clear();
-    if (next_ == 0) chunk_.set_total_bytes(static_cast<int64_t>(total_out_));
-    *chunk_.mutable_data() = std::move(out_[next_]);
+    write_ =
+        SerializeChunk(std::move(out_[next_]), next_ == 0 ? static_cast<int64_t>(total_out_) : 0);
     ++next_;
-    StartWrite(&chunk_);
+    StartWrite(&write_);
   }
 
   GradService* const service_;
   grpc::CallbackServerContext* const context_;
   const std::shared_ptr<autograd::CancellationToken> cancel_;
   const absl::Time received_at_;
-  v1::Chunk chunk_;          // the read, then the write, in progress
+  grpc::ByteBuffer read_;    // the read in progress
+  v1::Chunk chunk_;          // the last chunk read, parsed; its data buffer is pooled
+  int64_t chunks_read_ = 0;  // for errors
+  grpc::ByteBuffer write_;   // the write in progress
   ChunkedRequest received_;  // the request's chunks; parsed, then cleared, by the worker
   v1::GradRequest request_;
   v1::GradResponse response_;
@@ -264,7 +275,7 @@ grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerCont
   return FinishNow(context, ToGrpcStatus(status));
 }
 
-grpc::ServerBidiReactor<v1::Chunk, v1::Chunk>* GradService::ComputeGradientsStream(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GradService::ComputeGradientsStream(
     grpc::CallbackServerContext* context) {
   return new StreamGradReactor(this, context);
 }

@@ -45,9 +45,15 @@ namespace gradserve::server {
 // that uses it has shut down.
 //
 // ComputeGradients is a raw method: it parses its request and serializes its response itself
-// (Note [Unary messages reused]).
-class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeGradients<
-                              v1::GradService::CallbackService> {
+// (Note [Unary messages reused]); so is ComputeGradientsStream, for its chunks (Note [Chunks
+// sent without a copy] in server/chunk_message.h).
+// (The raw stream's handler has the typed one's parameters, so the typed mixin of
+// CallbackService cannot be below it: the service is built from the four mixins it uses.)
+class GradService final
+    : public v1::GradService::WithRawCallbackMethod_ComputeGradients<
+          v1::GradService::WithRawCallbackMethod_ComputeGradientsStream<
+              v1::GradService::WithCallbackMethod_GetServerInfo<
+                  v1::GradService::WithCallbackMethod_Ping<v1::GradService::Service>>>> {
  public:
   explicit GradService(ServerOptions options);
   ~GradService() override;
@@ -55,7 +61,7 @@ class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeG
   grpc::ServerUnaryReactor* ComputeGradients(grpc::CallbackServerContext* context,
                                              const grpc::ByteBuffer* request,
                                              grpc::ByteBuffer* response) override;
-  grpc::ServerBidiReactor<v1::Chunk, v1::Chunk>* ComputeGradientsStream(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ComputeGradientsStream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
                                           const v1::ServerInfoRequest* request,

@@ -1,0 +1,119 @@
+// Note [Chunks sent without a copy] (server/chunk_message.h): a chunk written by hand is byte for
+// byte what protobuf writes, and parses back; bytes that are no Chunk are refused, on the wire
+// as INVALID_ARGUMENT naming the chunk.
+
+#include "server/chunk_message.h"
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gradserve/v1/gradserve.pb.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/support/client_callback.h"
+#include "gtest/gtest.h"
+#include "tests/server/test_util.h"
+
+namespace gradserve::testing {
+namespace {
+
+using server::ParseChunk;
+using server::SerializeChunk;
+
+std::string Flatten(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(buffer.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& s : slices) {
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return bytes;
+}
+
+TEST(ChunkMessageTest, WrittenAsProtobufWritesIt) {
+  const std::string big(size_t{1} << 20, 'x');
+  const struct {
+    std::string data;
+    int64_t total_bytes;
+  } cases[] = {{"", 0}, {"abc", 0}, {"abc", 12345}, {"", 7}, {big, int64_t{1} << 40}, {big, 0}};
+  for (const auto& c : cases) {
+    v1::Chunk expected;
+    expected.set_data(c.data);
+    expected.set_total_bytes(c.total_bytes);
+    grpc::ByteBuffer written = SerializeChunk(c.data, c.total_bytes);
+    EXPECT_EQ(Flatten(written), expected.SerializeAsString())
+        << c.data.size() << " bytes, total " << c.total_bytes;
+    v1::Chunk parsed;
+    parsed.set_data("left over from an earlier chunk");
+    ASSERT_TRUE(ParseChunk(&written, &parsed));
+    EXPECT_EQ(parsed.data(), c.data);
+    EXPECT_EQ(parsed.total_bytes(), c.total_bytes);
+  }
+}
+
+TEST(ChunkMessageTest, BytesThatAreNoChunkDoNotParse) {
+  grpc::Slice garbage(std::string("\xff\xff\xff\xff\x0f garbage"));
+  grpc::ByteBuffer bytes(&garbage, 1);
+  v1::Chunk chunk;
+  EXPECT_FALSE(ParseChunk(&bytes, &chunk));
+}
+
+// A raw stream call: writes each message, half-closes, reads until the end; returns the status.
+class RawStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  grpc::Status Run(const std::shared_ptr<grpc::Channel>& channel,
+                   std::vector<std::string> messages) {
+    grpc::GenericStub stub(channel);
+    context_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    for (const std::string& m : messages) {
+      grpc::Slice slice(m);
+      messages_.emplace_back(&slice, 1);
+    }
+    stub.PrepareBidiStreamingCall(&context_, "/gradserve.v1.GradService/ComputeGradientsStream",
+                                  grpc::StubOptions(), this);
+    StartRead(&read_);
+    WriteNext();
+    StartCall();
+    return done_.get_future().get();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (ok) WriteNext();
+  }
+  void OnReadDone(bool ok) override {
+    if (ok) StartRead(&read_);
+  }
+  void OnDone(const grpc::Status& status) override { done_.set_value(status); }
+
+ private:
+  void WriteNext() {
+    if (next_ == messages_.size()) {
+      StartWritesDone();
+      return;
+    }
+    StartWrite(&messages_[next_++]);
+  }
+
+  grpc::ClientContext context_;
+  std::vector<grpc::ByteBuffer> messages_;
+  size_t next_ = 0;
+  grpc::ByteBuffer read_;
+  std::promise<grpc::Status> done_;
+};
+
+TEST(ChunkMessageTest, AMalformedChunkIsInvalidArgumentNamingIt) {
+  TestServer server;
+  v1::Chunk good;
+  good.set_data("\x0a\x03");  // the start of a GradRequest, never finished
+  const grpc::Status status = RawStream().Run(
+      server.client().channel(), {good.SerializeAsString(), "\xff\xff\xff\xff\x0f garbage"});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "chunk 2 of the stream is malformed"))
+      << status.error_message();
+  EXPECT_TRUE(CheckSquareWorks(server.client()).ok());
+}
+
+}  // namespace
+}  // namespace gradserve::testing
