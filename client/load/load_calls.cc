@@ -1,7 +1,9 @@
 #include "client/load/load_calls.h"
 
 #include <chrono>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/create_channel.h"
@@ -35,16 +37,17 @@ class UnaryCall {
   CallDoneFn done_;
 };
 
-// A streamed ComputeGradientsStream call in flight: writes the workload's chunks one after
-// another while reading the response's chunks; deletes itself in OnDone. gRPC serializes the
-// reactions of one call, so the counters need no lock.
-class StreamedCall : public grpc::ClientBidiReactor<v1::Chunk, v1::Chunk> {
+// A streamed ComputeGradientsStream call in flight: writes the workload's serialized chunks
+// (shared by all calls, as a unary call's request is) one after another while reading the
+// response's chunks as bytes; deletes itself in OnDone. gRPC serializes the reactions of one
+// call, so the counters need no lock.
+class StreamedCall : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  StreamedCall(const Workload& workload, CallDoneFn done)
-      : workload_(workload), done_(std::move(done)) {}
+  StreamedCall(const std::vector<grpc::ByteBuffer>& chunks, CallDoneFn done)
+      : chunks_(chunks), done_(std::move(done)) {}
 
-  void Start(v1::GradService::Stub& stub, grpc::ClientContext* context) {
-    stub.async()->ComputeGradientsStream(context, this);
+  void Start(grpc::GenericStub& stub, grpc::ClientContext* context) {
+    stub.PrepareBidiStreamingCall(context, kStreamMethod, grpc::StubOptions(), this);
     StartRead(&received_);
     WriteNext();
     StartCall();
@@ -53,14 +56,15 @@ class StreamedCall : public grpc::ClientBidiReactor<v1::Chunk, v1::Chunk> {
   void OnWriteDone(bool ok) override {
     // A failed write means the call is over; OnDone says why.
     if (!ok) return;
-    bytes_up_ += static_cast<int64_t>(workload_.chunks[next_].ByteSizeLong());
+    bytes_up_ += static_cast<int64_t>(chunks_[next_].Length());
     ++next_;
     WriteNext();
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) return;
-    bytes_down_ += static_cast<int64_t>(received_.ByteSizeLong());
+    bytes_down_ += static_cast<int64_t>(received_.Length());
+    received_.Clear();
     StartRead(&received_);
   }
 
@@ -70,18 +74,22 @@ class StreamedCall : public grpc::ClientBidiReactor<v1::Chunk, v1::Chunk> {
   }
 
  private:
+  static constexpr char kStreamMethod[] = "/gradserve.v1.GradService/ComputeGradientsStream";
+
   void WriteNext() {
-    if (next_ < workload_.chunks.size()) {
-      StartWrite(&workload_.chunks[next_]);
+    if (next_ < chunks_.size()) {
+      write_ = chunks_[next_];  // a reference to the shared bytes, not a copy
+      StartWrite(&write_);
     } else {
       StartWritesDone();
     }
   }
 
-  const Workload& workload_;
+  const std::vector<grpc::ByteBuffer>& chunks_;
   CallDoneFn done_;
   size_t next_ = 0;
-  v1::Chunk received_;
+  grpc::ByteBuffer write_;
+  grpc::ByteBuffer received_;
   int64_t bytes_up_ = 0;
   int64_t bytes_down_ = 0;
 };
@@ -89,10 +97,7 @@ class StreamedCall : public grpc::ClientBidiReactor<v1::Chunk, v1::Chunk> {
 }  // namespace
 
 LoadConnection::LoadConnection(std::string target, std::shared_ptr<grpc::Channel> channel)
-    : target_(std::move(target)),
-      channel_(std::move(channel)),
-      generic_(channel_),
-      grad_(v1::GradService::NewStub(channel_)) {}
+    : target_(std::move(target)), channel_(std::move(channel)), generic_(channel_) {}
 
 absl::StatusOr<std::unique_ptr<LoadConnection>> LoadConnection::Open(
     const std::string& target, absl::Duration connect_timeout) {
@@ -116,12 +121,17 @@ CallStarter::CallStarter(const Workload& workload) : workload_(workload) {
     grpc::Slice slice(workload.request.data(), workload.request.size());
     unary_request_ = grpc::ByteBuffer(&slice, 1);
   }
+  for (const v1::Chunk& chunk : workload.chunks) {
+    const std::string bytes = chunk.SerializeAsString();
+    grpc::Slice slice(bytes.data(), bytes.size());
+    stream_chunks_.emplace_back(&slice, 1);
+  }
 }
 
 void CallStarter::Start(LoadConnection& connection, grpc::ClientContext* context,
                         CallDoneFn done) const {
   if (workload_.streamed) {
-    (new StreamedCall(workload_, std::move(done)))->Start(connection.grad(), context);
+    (new StreamedCall(stream_chunks_, std::move(done)))->Start(connection.generic(), context);
   } else {
     (new UnaryCall(unary_request_, std::move(done)))
         ->Start(connection.generic(), workload_.method, context);

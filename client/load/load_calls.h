@@ -1,7 +1,8 @@
-// The calls a load run makes, on gRPC's callback API: no thread waits on a call. A unary call
-// sends a pre-serialized request through a GenericStub (one ByteBuffer shared by all calls, so
-// nothing is copied per call); a streamed grad call sends the pre-cut chunks of
-// ComputeGradientsStream from a ClientBidiReactor.
+// The calls a load run makes, on gRPC's callback API: no thread waits on a call. Requests are
+// serialized once and shared by all calls, so nothing is copied per call: a unary call sends
+// one ByteBuffer through a GenericStub; a streamed grad call sends the pre-cut, pre-serialized
+// chunks of ComputeGradientsStream from a ClientBidiReactor on the same stub. Responses are
+// counted as bytes, not parsed.
 
 #ifndef GRADSERVE_CLIENT_LOAD_LOAD_CALLS_H_
 #define GRADSERVE_CLIENT_LOAD_LOAD_CALLS_H_
@@ -10,11 +11,11 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/load/workload.h"
-#include "gradserve/v1/gradserve.grpc.pb.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -23,7 +24,7 @@
 namespace gradserve::load {
 
 // One gRPC channel with its own TCP connection (a local subchannel pool, so that channels to
-// the same target do not share one), and the stubs the calls use.
+// the same target do not share one), and the stub the calls use.
 //
 // Thread safety: after Open, every member may be used from any thread at once.
 class LoadConnection {
@@ -35,7 +36,6 @@ class LoadConnection {
 
   const std::string& target() const { return target_; }
   grpc::GenericStub& generic() { return generic_; }
-  v1::GradService::Stub& grad() { return *grad_; }
 
  private:
   LoadConnection(std::string target, std::shared_ptr<grpc::Channel> channel);
@@ -43,7 +43,6 @@ class LoadConnection {
   const std::string target_;
   const std::shared_ptr<grpc::Channel> channel_;
   grpc::GenericStub generic_;
-  const std::unique_ptr<v1::GradService::Stub> grad_;
 };
 
 // Called once per call, on a gRPC callback thread, with the final status code and the message
@@ -63,7 +62,8 @@ class CallStarter {
 
  private:
   const Workload& workload_;
-  grpc::ByteBuffer unary_request_;  // the serialized request of a unary workload
+  grpc::ByteBuffer unary_request_;               // the serialized request of a unary workload
+  std::vector<grpc::ByteBuffer> stream_chunks_;  // the serialized chunks of a streamed one
 };
 
 }  // namespace gradserve::load

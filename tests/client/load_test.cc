@@ -227,6 +227,9 @@ TEST(LoadGeneratorTest, StreamedPayload) {
   absl::StatusOr<LoadResult> r = RunLoad(o, w);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->ok, 3);
+  int64_t chunk_bytes = 0;  // the messages sent: each chunk as serialized
+  for (const v1::Chunk& chunk : w.chunks) chunk_bytes += static_cast<int64_t>(chunk.ByteSizeLong());
+  EXPECT_EQ(r->bytes_up, 3 * chunk_bytes);
   EXPECT_GE(r->bytes_up, 3 * (int64_t{1} << 20));
   EXPECT_GE(r->bytes_down, 3 * (int64_t{1} << 20));  // the gradient is as large as x
 }
