@@ -115,5 +115,18 @@ TEST(ChunkMessageTest, AMalformedChunkIsInvalidArgumentNamingIt) {
   EXPECT_TRUE(CheckSquareWorks(server.client()).ok());
 }
 
+// gRPC still bounds each raw chunk by --max_message_bytes before the server sees it.
+TEST(ChunkMessageTest, AChunkOverTheMessageLimitIsRefused) {
+  server::ServerOptions options = TestOptions();
+  options.max_message_bytes = 64 << 10;
+  options.chunk_bytes = 32 << 10;
+  TestServer server(options);
+  v1::Chunk big;
+  big.set_data(std::string(100 << 10, 'x'));
+  const grpc::Status status = RawStream().Run(server.client().channel(), {big.SerializeAsString()});
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_TRUE(CheckSquareWorks(server.client()).ok());
+}
+
 }  // namespace
 }  // namespace gradserve::testing
