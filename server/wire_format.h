@@ -1,6 +1,7 @@
 // protobuf's varint where the server works on a request's bytes rather than on parsed
-// messages: the chunked stream (server/chunked_request.cc) and the unary request's split
-// (Note [Ops parsed once], server/unary_messages.cc). Written with protobuf's encoder; read by
+// messages: the chunked stream (server/chunked_request.cc), the unary request's split
+// (Note [Ops parsed once], server/unary_messages.cc) and the framing of the chunks it writes
+// (Note [Chunks sent without a copy], server/chunk_message.cc). Written with protobuf's encoder; read by
 // hand, since the chunked reader's bytes span chunks, which protobuf's readers do not take.
 //
 // Thread safety: stateless functions.
