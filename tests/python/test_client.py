@@ -11,8 +11,8 @@ import grpc
 import numpy as np
 
 from server_fixture import ServerProcess  # first: puts client/python on sys.path
-from gradserve import GradserveError, GraphBuilder, attr_value, from_tensor, to_tensor
-from gradserve.v1 import tensor_pb2
+from gradserve import GradserveError, GraphBuilder, attr_value, chunks, from_tensor, to_tensor
+from gradserve.v1 import gradserve_pb2, tensor_pb2
 
 
 class TensorConversionTest(unittest.TestCase):
@@ -63,6 +63,38 @@ class TensorConversionTest(unittest.TestCase):
         g = GraphBuilder().leaf("x", np.ones(2))
         with self.assertRaises(ValueError):
             g.op("neg", ["x"], out="x")
+
+    def test_a_leaf_of_a_bad_dtype_adds_nothing(self):
+        g = GraphBuilder().leaf("x", np.ones(2))
+        with self.assertRaises(TypeError):
+            g.leaf("y", np.ones(2, np.int32))
+        self.assertEqual([leaf.name for leaf in g.graph().leaves], ["x"])
+        g.leaf("y", np.ones(2, np.int64))  # the name is still free
+        self.assertEqual(list(g.graph().leaves[1].value.shape), [2])
+
+
+class ChunkBytesTest(unittest.TestCase):
+    """gradserve/chunks.py: Chunks written as protobuf writes them, and read back."""
+
+    def test_chunks_are_written_as_protobuf_writes_them(self):
+        for payload, size in ((b"", 4), (b"abc", 4), (bytes(range(256)) * 40, 1000),
+                              (b"x" * 300, 300), (b"x" * 301, 300)):
+            messages = list(chunks.chunk_messages(payload, size))
+            expected = [gradserve_pb2.Chunk(data=payload[i:i + size],
+                                            total_bytes=len(payload) if i == 0 else 0)
+                        for i in range(0, max(len(payload), 1), size)]
+            self.assertEqual(messages, [c.SerializeToString() for c in expected])
+            self.assertEqual(chunks.join_data(messages), payload)
+
+    def test_received_chunks_are_read_as_protobuf_reads_them(self):
+        odd = gradserve_pb2.Chunk(data=b"first", total_bytes=-5).SerializeToString()
+        odd += b"\x0a\x04last" + b"\x19" + b"\x00" * 8 + b"\x25" + b"\x00" * 4  # later data wins
+        self.assertEqual(gradserve_pb2.Chunk.FromString(odd).data, b"last")
+        self.assertEqual(chunks.join_data([odd, gradserve_pb2.Chunk().SerializeToString()]),
+                         b"last")
+        for bad in (b"\x0a\x05abc", b"\x0a", b"\xff" * 11, b"\x0b"):
+            with self.assertRaises(ValueError):
+                chunks.join_data([bad])
 
 
 class ClientRpcTest(unittest.TestCase):

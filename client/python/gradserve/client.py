@@ -14,7 +14,7 @@ thread-safe). The cached server limits are written at most once per client and r
 
 import grpc
 
-from gradserve import _stubs
+from gradserve import _stubs, chunks
 from gradserve.graph import GraphBuilder
 from gradserve.tensors import from_tensor
 from gradserve.v1 import gradserve_pb2, gradserve_pb2_grpc, graph_pb2
@@ -106,6 +106,9 @@ class Client:
         else:
             self._channel = grpc.secure_channel(target, credentials, options=options)
         self._stub = gradserve_pb2_grpc.GradServiceStub(self._channel)
+        # ComputeGradientsStream on bytes: the Chunks are written and read by gradserve/chunks.py.
+        self._stream = self._channel.stream_stream(
+            "/gradserve.v1.GradService/ComputeGradientsStream")
         self._timeout = timeout
         self._limits = None
         health = _stubs.load_health_module(_stubs.find_stubs_dir())
@@ -170,16 +173,17 @@ class Client:
         size = max(1, min(limits.chunk_bytes or _DEFAULT_MESSAGE_LIMIT,
                           (limits.max_message_bytes or _DEFAULT_MESSAGE_LIMIT) - _CHUNK_OVERHEAD))
 
-        def chunks():
-            for start in range(0, max(len(payload), 1), size):
-                yield gradserve_pb2.Chunk(data=payload[start:start + size],
-                                          total_bytes=len(payload) if start == 0 else 0)
+        def run(t):  # the Chunks as bytes (gradserve/chunks.py)
+            try:
+                return chunks.join_data(
+                    self._stream(chunks.chunk_messages(payload, size), timeout=t))
+            except ValueError as e:
+                raise GradserveError(grpc.StatusCode.INTERNAL,
+                                     f"the server's streamed response is malformed: {e}",
+                                     "ComputeGradientsStream") from None
 
-        def run(t):
-            return b"".join(c.data for c in self._stub.ComputeGradientsStream(chunks(), timeout=t))
-
-        return gradserve_pb2.GradResponse.FromString(
-            self._call("ComputeGradientsStream", run, timeout))
+        response = self._call("ComputeGradientsStream", run, timeout)
+        return gradserve_pb2.GradResponse.FromString(response)
 
     def info(self, timeout=None):
         """The server's ServerInfo message: version, limits, devices, ops and counters."""

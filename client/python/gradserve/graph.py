@@ -21,7 +21,7 @@ import numbers
 
 import numpy as np
 
-from gradserve.tensors import to_tensor
+from gradserve.tensors import fill_tensor, wire_array
 from gradserve.v1 import gradserve_pb2, graph_pb2
 
 
@@ -72,9 +72,10 @@ class GraphBuilder:
 
     def leaf(self, name, array, requires_grad=False, device=""):
         """Adds a leaf tensor (a numpy array; see tensors.to_tensor for the accepted dtypes)."""
+        array = wire_array(array)  # a bad dtype raises before anything is added
         self._define(name)
-        self._graph.leaves.add(name=name, value=to_tensor(array, device),
-                               requires_grad=requires_grad)
+        leaf = self._graph.leaves.add(name=name, requires_grad=requires_grad)
+        fill_tensor(leaf.value, array, device)  # in place: a copy of a big array fewer
         return self
 
     def op(self, op, inputs, /, out, *, no_grad=False, body=None, **attrs):
@@ -115,7 +116,7 @@ class GraphBuilder:
             create_graph=create_graph, allow_unused=allow_unused,
             materialize_grads=materialize_grads, detect_anomaly=detect_anomaly)
         for name, array in (seeds or {}).items():
-            call.seeds[name].CopyFrom(to_tensor(array))
+            fill_tensor(call.seeds[name], array)
         self._calls.append(call)
         return self
 

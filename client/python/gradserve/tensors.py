@@ -29,15 +29,33 @@ def to_tensor(array, device=""):
     device: where the tensor should live on the server ("" means cpu).
     Raises TypeError for a dtype other than float32, float64, int64 or bool.
     """
+    return fill_tensor(tensor_pb2.Tensor(), array, device)
+
+
+def wire_array(array):
+    """``array`` as a numpy array of a wire dtype, little-endian (not copied if it is one
+    already). Raises TypeError as to_tensor does."""
     a = np.asarray(array)
     wire = _TO_WIRE.get(a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype)
     if wire is None:
         raise TypeError(
             f"gradserve tensors are float32, float64, int64 or bool; got {a.dtype} "
             "(cast it with astype first)")
-    a = a.astype(_FROM_WIRE[wire], copy=False)  # little-endian; tobytes writes C order
-    return tensor_pb2.Tensor(dtype=wire, shape=list(a.shape), data=a.tobytes(order="C"),
-                             device=device)
+    return a.astype(_FROM_WIRE[wire], copy=False)
+
+
+def fill_tensor(tensor, array, device=""):
+    """Sets the Tensor message ``tensor`` (in place, e.g. a field of a bigger message, so that
+    its bytes are not copied again into it) to hold a copy of ``array``, as to_tensor does;
+    returns it. Raises TypeError, with ``tensor`` untouched, as to_tensor does."""
+    a = wire_array(array)
+    wire = _TO_WIRE[a.dtype]  # tobytes below writes C order
+    tensor.Clear()
+    tensor.dtype = wire
+    tensor.shape.extend(a.shape)
+    tensor.data = a.tobytes(order="C")
+    tensor.device = device
+    return tensor
 
 
 def from_tensor(tensor):
