@@ -4,15 +4,11 @@
 
 #include "server/chunk_message.h"
 
-#include <chrono>
-#include <future>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "gradserve/v1/gradserve.pb.h"
-#include "grpcpp/generic/generic_stub.h"
-#include "grpcpp/support/client_callback.h"
 #include "gtest/gtest.h"
 #include "tests/server/test_util.h"
 
@@ -60,54 +56,11 @@ TEST(ChunkMessageTest, BytesThatAreNoChunkDoNotParse) {
   EXPECT_FALSE(ParseChunk(&bytes, &chunk));
 }
 
-// A raw stream call: writes each message, half-closes, reads until the end; returns the status.
-class RawStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
- public:
-  grpc::Status Run(const std::shared_ptr<grpc::Channel>& channel,
-                   std::vector<std::string> messages) {
-    grpc::GenericStub stub(channel);
-    context_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    for (const std::string& m : messages) {
-      grpc::Slice slice(m);
-      messages_.emplace_back(&slice, 1);
-    }
-    stub.PrepareBidiStreamingCall(&context_, "/gradserve.v1.GradService/ComputeGradientsStream",
-                                  grpc::StubOptions(), this);
-    StartRead(&read_);
-    WriteNext();
-    StartCall();
-    return done_.get_future().get();
-  }
-
-  void OnWriteDone(bool ok) override {
-    if (ok) WriteNext();
-  }
-  void OnReadDone(bool ok) override {
-    if (ok) StartRead(&read_);
-  }
-  void OnDone(const grpc::Status& status) override { done_.set_value(status); }
-
- private:
-  void WriteNext() {
-    if (next_ == messages_.size()) {
-      StartWritesDone();
-      return;
-    }
-    StartWrite(&messages_[next_++]);
-  }
-
-  grpc::ClientContext context_;
-  std::vector<grpc::ByteBuffer> messages_;
-  size_t next_ = 0;
-  grpc::ByteBuffer read_;
-  std::promise<grpc::Status> done_;
-};
-
 TEST(ChunkMessageTest, AMalformedChunkIsInvalidArgumentNamingIt) {
   TestServer server;
   v1::Chunk good;
   good.set_data("\x0a\x03");  // the start of a GradRequest, never finished
-  const grpc::Status status = RawStream().Run(
+  const grpc::Status status = SendStreamMessages(
       server.client().channel(), {good.SerializeAsString(), "\xff\xff\xff\xff\x0f garbage"});
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
   EXPECT_TRUE(absl::StrContains(status.error_message(), "chunk 2 of the stream is malformed"))
@@ -123,7 +76,8 @@ TEST(ChunkMessageTest, AChunkOverTheMessageLimitIsRefused) {
   TestServer server(options);
   v1::Chunk big;
   big.set_data(std::string(100 << 10, 'x'));
-  const grpc::Status status = RawStream().Run(server.client().channel(), {big.SerializeAsString()});
+  const grpc::Status status =
+      SendStreamMessages(server.client().channel(), {big.SerializeAsString()});
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
   EXPECT_TRUE(CheckSquareWorks(server.client()).ok());
 }

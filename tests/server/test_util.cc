@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/support/client_callback.h"
 #include "gtest/gtest.h"
 
 extern char** environ;
@@ -167,6 +168,58 @@ bool WaitForInFlight(client::Client& client, int64_t expected, absl::Duration ti
     absl::SleepFor(absl::Milliseconds(5));
   }
   return false;
+}
+
+namespace {
+
+// SendStreamMessages's call: writes each message, half-closes, reads until the end.
+class RawStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  grpc::Status Run(const std::shared_ptr<grpc::Channel>& channel,
+                   std::vector<std::string> messages) {
+    grpc::GenericStub stub(channel);
+    context_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    for (const std::string& m : messages) {
+      grpc::Slice slice(m);
+      messages_.emplace_back(&slice, 1);
+    }
+    stub.PrepareBidiStreamingCall(&context_, "/gradserve.v1.GradService/ComputeGradientsStream",
+                                  grpc::StubOptions(), this);
+    StartRead(&read_);
+    WriteNext();
+    StartCall();
+    return done_.get_future().get();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (ok) WriteNext();
+  }
+  void OnReadDone(bool ok) override {
+    if (ok) StartRead(&read_);
+  }
+  void OnDone(const grpc::Status& status) override { done_.set_value(status); }
+
+ private:
+  void WriteNext() {
+    if (next_ == messages_.size()) {
+      StartWritesDone();
+      return;
+    }
+    StartWrite(&messages_[next_++]);
+  }
+
+  grpc::ClientContext context_;
+  std::vector<grpc::ByteBuffer> messages_;
+  size_t next_ = 0;
+  grpc::ByteBuffer read_;
+  std::promise<grpc::Status> done_;
+};
+
+}  // namespace
+
+grpc::Status SendStreamMessages(const std::shared_ptr<grpc::Channel>& channel,
+                                const std::vector<std::string>& messages) {
+  return RawStream().Run(channel, messages);
 }
 
 grpc::Status SendUnaryBytes(const std::shared_ptr<grpc::Channel>& channel,

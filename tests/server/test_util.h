@@ -99,6 +99,12 @@ bool WaitForInFlight(client::Client& client, int64_t expected, absl::Duration ti
 grpc::Status SendUnaryBytes(const std::shared_ptr<grpc::Channel>& channel,
                             const std::string& bytes);
 
+// Sends each of messages as it is as one message of a ComputeGradientsStream call on channel
+// (bytes that should be Chunks, bypassing the client library), half-closes, reads the
+// response to its end and returns the call's status.
+grpc::Status SendStreamMessages(const std::shared_ptr<grpc::Channel>& channel,
+                                const std::vector<std::string>& messages);
+
 // Runs the same request against the running server and checks 2x. Returns the status.
 absl::Status CheckSquareWorks(client::Client& client);
 
