@@ -9,12 +9,14 @@
 // (GRADSERVE_BAD_BYTES_SEED and GRADSERVE_BAD_BYTES_CALLS set others, for a longer search).
 // Under CI's AddressSanitizer build, a mutation that reads out of bounds fails here too.
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -22,6 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/load/scenarios.h"
+#include "google/protobuf/message.h"
 #include "google/protobuf/util/json_util.h"
 #include "gradserve/v1/gradserve.pb.h"
 #include "gtest/gtest.h"
@@ -127,6 +130,178 @@ TEST(BadBytesTest, MutatedRequestsGetAClientStatusAndHarmNothing) {
   std::printf("%s\n", summary.c_str());
   // Most mutations break the request; some leave it valid.
   EXPECT_GT(codes[grpc::StatusCode::INVALID_ARGUMENT], kCalls / 4) << summary;
+  EXPECT_TRUE(CheckSquareWorks(server.client()).ok());
+}
+
+// Every field of message and the messages below it, with the index of a repeated one's element
+// (-1 for a singular field), and the repeated fields themselves (index -2).
+struct FieldRef {
+  google::protobuf::Message* message;
+  const google::protobuf::FieldDescriptor* field;
+  int index;
+};
+void CollectFields(google::protobuf::Message* message, std::vector<FieldRef>* out) {
+  const google::protobuf::Reflection* r = message->GetReflection();
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  r->ListFields(*message, &fields);
+  for (const google::protobuf::FieldDescriptor* f : fields) {
+    if (!f->is_repeated()) {
+      out->push_back({message, f, -1});
+      if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+        CollectFields(r->MutableMessage(message, f), out);
+      }
+      continue;
+    }
+    out->push_back({message, f, -2});
+    for (int i = 0; i < r->FieldSize(*message, f); ++i) {
+      out->push_back({message, f, i});
+      if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+        CollectFields(r->MutableRepeatedMessage(message, f, i), out);
+      }
+    }
+  }
+}
+
+// Every string of the seeds (value names, op names, attribute names and values): what a
+// mutated string field is set to, so that a name can point at another definition.
+void CollectWords(const google::protobuf::Message& message, std::vector<std::string>* words) {
+  std::vector<FieldRef> fields;
+  std::unique_ptr<google::protobuf::Message> copy(message.New());
+  copy->CopyFrom(message);
+  CollectFields(copy.get(), &fields);
+  for (const FieldRef& f : fields) {
+    if (f.field->type() != google::protobuf::FieldDescriptor::TYPE_STRING || f.index == -2) {
+      continue;
+    }
+    const google::protobuf::Reflection* r = f.message->GetReflection();
+    words->push_back(f.index < 0 ? r->GetString(*f.message, f.field)
+                                 : r->GetRepeatedString(*f.message, f.field, f.index));
+  }
+}
+
+// One edit through reflection, of a field picked at random anywhere in the request: a number
+// set to an edge (0, 1, -1, the type's extremes) or at random, a string set to another of the
+// seeds' strings, bytes cut or lengthened, an enum to any number, a message cleared, a
+// repeated field's element removed or repeated.
+void MutateField(google::protobuf::Message* request, const std::vector<std::string>& words,
+                 std::mt19937_64& rng) {
+  using google::protobuf::FieldDescriptor;
+  std::vector<FieldRef> fields;
+  CollectFields(request, &fields);
+  if (fields.empty()) return;
+  const FieldRef f = fields[rng() % fields.size()];
+  const google::protobuf::Reflection* r = f.message->GetReflection();
+  if (f.index == -2) {
+    const int n = r->FieldSize(*f.message, f.field);
+    if (n == 0) return;
+    if (rng() % 2) {
+      r->SwapElements(f.message, f.field, static_cast<int>(rng() % n), n - 1);
+      r->RemoveLast(f.message, f.field);
+    } else if (f.field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      r->AddMessage(f.message, f.field)->CopyFrom(r->GetRepeatedMessage(*f.message, f.field, 0));
+    }
+    return;
+  }
+  const int64_t edges[] = {
+      0, 1, -1, 2, INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, static_cast<int64_t>(rng() % 64)};
+  const int64_t v = edges[rng() % (sizeof(edges) / sizeof(edges[0]))];
+  const bool repeated = f.index >= 0;
+  switch (f.field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT64:
+      repeated ? r->SetRepeatedInt64(f.message, f.field, f.index, v)
+               : r->SetInt64(f.message, f.field, v);
+      break;
+    case FieldDescriptor::CPPTYPE_INT32:
+      repeated ? r->SetRepeatedInt32(f.message, f.field, f.index, static_cast<int32_t>(v))
+               : r->SetInt32(f.message, f.field, static_cast<int32_t>(v));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT64:
+    case FieldDescriptor::CPPTYPE_UINT32:
+      break;  // none in the contract
+    case FieldDescriptor::CPPTYPE_DOUBLE: {
+      const double d[] = {0, -1, 1e308, -1e308, NAN, INFINITY, static_cast<double>(v)};
+      const double x = d[rng() % 7];
+      repeated ? r->SetRepeatedDouble(f.message, f.field, f.index, x)
+               : r->SetDouble(f.message, f.field, x);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_FLOAT: {
+      const float x = rng() % 2 ? NAN : static_cast<float>(v);
+      repeated ? r->SetRepeatedFloat(f.message, f.field, f.index, x)
+               : r->SetFloat(f.message, f.field, x);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_BOOL:
+      repeated ? r->SetRepeatedBool(f.message, f.field, f.index, rng() % 2)
+               : r->SetBool(f.message, f.field, rng() % 2);
+      break;
+    case FieldDescriptor::CPPTYPE_ENUM:
+      repeated ? r->SetRepeatedEnumValue(f.message, f.field, f.index, static_cast<int>(v % 8))
+               : r->SetEnumValue(f.message, f.field, static_cast<int>(v % 8));
+      break;
+    case FieldDescriptor::CPPTYPE_STRING: {
+      std::string x;
+      if (f.field->type() == FieldDescriptor::TYPE_BYTES) {
+        x = repeated ? r->GetRepeatedString(*f.message, f.field, f.index)
+                     : r->GetString(*f.message, f.field);
+        x.resize(rng() % 2 ? x.size() / 2 : x.size() + 1 + rng() % 8, '\x7f');
+      } else if (!words.empty()) {
+        x = words[rng() % words.size()];
+      }
+      repeated ? r->SetRepeatedString(f.message, f.field, f.index, x)
+               : r->SetString(f.message, f.field, x);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      if (!repeated) r->ClearField(f.message, f.field);
+      break;
+  }
+}
+
+// The same promise for requests that parse, with their fields made wrong: names that point at
+// the wrong value or at none, shapes, dtypes and attributes at their edges, tensors' bytes of
+// the wrong length, ops and leaves removed or repeated. These reach the checks behind the
+// parse (graph::Validate, the ops' argument checks, the limits) rather than the parse itself.
+TEST(BadBytesTest, MutatedFieldsGetAClientStatusAndHarmNothing) {
+  server::ServerOptions options = TestOptions();
+  options.limits.max_tensor_elements = 1 << 16;
+  options.limits.max_memory_bytes = 32 << 20;
+  TestServer server(options);
+  std::vector<v1::GradRequest> seeds;
+  std::vector<std::string> words;
+  for (const std::string& bytes : SeedRequests()) {
+    ASSERT_TRUE(seeds.emplace_back().ParseFromString(bytes));
+    CollectWords(seeds.back(), &words);
+  }
+  const char* seed = std::getenv("GRADSERVE_BAD_BYTES_SEED");
+  const char* calls = std::getenv("GRADSERVE_BAD_BYTES_CALLS");
+  std::mt19937_64 rng(seed != nullptr ? std::strtoull(seed, nullptr, 10) : 20261124);
+  const int kCalls = calls != nullptr ? std::atoi(calls) : 4000;
+  std::map<grpc::StatusCode, int> codes;
+  for (int i = 0; i < kCalls; ++i) {
+    v1::GradRequest request = seeds[rng() % seeds.size()];
+    for (int e = 1 + static_cast<int>(rng() % 3); e > 0; --e) MutateField(&request, words, rng);
+    const std::string bytes = request.SerializeAsString();
+    const bool streamed = i % 3 == 2;
+    const grpc::Status status =
+        streamed ? SendStreamMessages(server.client().channel(), AsChunks(bytes, rng))
+                 : SendUnaryBytes(server.client().channel(), bytes);
+    ++codes[status.error_code()];
+    EXPECT_NE(status.error_code(), grpc::StatusCode::INTERNAL)
+        << (streamed ? "stream" : "unary") << " call " << i << ": " << status.error_message()
+        << "\n"
+        << request.ShortDebugString().substr(0, 2000);
+    EXPECT_NE(status.error_code(), grpc::StatusCode::UNKNOWN)
+        << (streamed ? "stream" : "unary") << " call " << i << ": " << status.error_message();
+    if (i % 200 == 199) {
+      ASSERT_TRUE(CheckSquareWorks(server.client()).ok()) << "after call " << i;
+    }
+  }
+  std::string summary = "status codes (code: calls):";
+  for (const auto& [code, n] : codes) absl::StrAppend(&summary, " ", code, ": ", n);
+  std::printf("%s\n", summary.c_str());
+  EXPECT_GT(codes[grpc::StatusCode::INVALID_ARGUMENT], kCalls / 4) << summary;
+  EXPECT_GT(codes[grpc::StatusCode::OK], kCalls / 20) << summary;
   EXPECT_TRUE(CheckSquareWorks(server.client()).ok());
 }
 
