@@ -13,6 +13,9 @@
 namespace gradserve::ops {
 namespace {
 
+// a / b rounded up, for a >= 0 and b > 0, without overflow.
+int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+
 std::string PairString(const std::array<int64_t, 2>& p) {
   return absl::StrCat("(", p[0], ", ", p[1], ")");
 }
@@ -46,14 +49,14 @@ void ForEachColsRow(T* image, T* cols, const ConvGeometry& g, Fn&& fn) {
       for (int64_t j = 0; j < g.kernel_w; ++j) {
         T* row = cols + ((c * g.kernel_h + i) * g.kernel_w + j) * positions;
         const int64_t w_start = j * o.dilation[1] - o.padding[1];
-        // ow is inside the image when 0 <= w_start + ow * sW < W.
+        // ow is inside the image when 0 <= w_start + ow * sW < W. (CeilDiv, not
+        // (a + sW - 1) / sW: a client's stride may be near int64's end.)
         const int64_t ow_begin =
-            w_start >= 0 ? 0 : std::min(g.out_w, (-w_start + o.stride[1] - 1) / o.stride[1]);
+            w_start >= 0 ? 0 : std::min(g.out_w, CeilDiv(-w_start, o.stride[1]));
         const int64_t ow_end =
             w_start >= g.width
                 ? ow_begin
-                : std::max(ow_begin,
-                           std::min(g.out_w, (g.width - w_start + o.stride[1] - 1) / o.stride[1]));
+                : std::max(ow_begin, std::min(g.out_w, CeilDiv(g.width - w_start, o.stride[1])));
         for (int64_t oh = 0; oh < g.out_h; ++oh) {
           const int64_t h = oh * o.stride[0] - o.padding[0] + i * o.dilation[0];
           T* image_row = (h >= 0 && h < g.height) ? image + (c * g.height + h) * g.width : nullptr;
@@ -124,15 +127,20 @@ ConvGeometry MakeConvGeometry(absl::Span<const int64_t> input_shape,
   GS_CHECK_ARG(g.out_channels % o.groups == 0, "conv2d: out_channels = ", g.out_channels,
                " (weight shape ", ShapeToString(weight_shape),
                ") is not divisible by groups = ", o.groups);
-  GS_CHECK_ARG(g.channels == weight_shape[1] * o.groups, "conv2d: input with shape ",
+  int64_t expected = 0;  // a client's groups may be near int64's end
+  const bool too_many = __builtin_mul_overflow(weight_shape[1], o.groups, &expected);
+  GS_CHECK_ARG(!too_many && g.channels == expected, "conv2d: input with shape ",
                ShapeToString(input_shape), " has ", g.channels, " channels, but weight with shape ",
                ShapeToString(weight_shape), " and groups = ", o.groups, " expects ",
-               weight_shape[1] * o.groups);
+               too_many ? std::string("more than int64 counts") : absl::StrCat(expected));
   g.out_h = OutputSize(g.height, g.kernel_h, o.stride[0], o.padding[0], o.dilation[0]);
   g.out_w = OutputSize(g.width, g.kernel_w, o.stride[1], o.padding[1], o.dilation[1]);
   GS_CHECK_ARG(g.out_h > 0 && g.out_w > 0, "conv2d: input with shape ", ShapeToString(input_shape),
                " padded by ", PairString(o.padding), " is smaller than the kernel (", g.kernel_h,
                ", ", g.kernel_w, ") dilated by ", PairString(o.dilation));
+  // cols_shape() multiplies these unchecked: each partial product must fit (all are positive,
+  // so the whole one fitting is enough); then the batch's cols as a whole.
+  ValueOrThrow(CheckedNumel({g.channels, g.kernel_h, g.kernel_w, g.out_h, g.out_w}));
   ValueOrThrow(CheckedNumel(g.cols_shape()));
   return g;
 }

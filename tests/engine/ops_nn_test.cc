@@ -645,6 +645,34 @@ TEST(Conv2dTest, Errors) {
       {"out_channels = 3", "groups = 2"});
   ExpectInvalid([&] { conv2d(Constant({4, 4}, 6), w); }, {"[4, 4]"});
   ExpectInvalid([&] { conv2d(x, w.To(DType::kFloat32)); }, {"weight", "float32"});
+  // groups at int64's end: no weight with out_channels divisible by it fits but an empty one.
+  ExpectInvalid(
+      [&] {
+        conv2d(x, Constant({0, 2, 3, 3}, 7), Tensor(), Options({1, 1}, {0, 0}, {1, 1}, INT64_MAX));
+      },
+      {"2 channels", "expects more than int64 counts"});
+}
+
+// A stride at int64's end is legal (PyTorch takes it): one output position per dim, whose
+// window starts in the padding. Found by BadBytesTest under UBSan: the kernels' window bounds
+// overflowed computing (a + stride - 1) / stride.
+TEST(Conv2dTest, StridesNearInt64sEnd) {
+  Tensor x = F64({1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3});
+  x.set_requires_grad(true);
+  Tensor w = Tensor::Full({1, 1, 2, 2}, 1, DType::kFloat64);
+  const Conv2dOptions padded = Options({INT64_MAX, INT64_MAX}, {1, 1}, {1, 1}, 1);
+  Tensor y = conv2d(x, w, Tensor(), padded);
+  ExpectNear(y, {1});  // the window at (-1, -1) holds x[0][0] alone
+  absl::StatusOr<TensorList> g = autograd::Grad({y}, {}, {x}, {});
+  ASSERT_TRUE(g.ok()) << g.status();
+  ExpectNear((*g)[0], {1, 0, 0, 0, 0, 0, 0, 0, 0});
+  ExpectNear(conv2d(x, w, Tensor(), Options({INT64_MAX, 1}, {0, 0}, {1, 1}, 1)), {12, 16});
+  // Paddings whose output positions (out_h * out_w) pass int64: refused, not wrapped.
+  ExpectInvalid(
+      [&] {
+        conv2d(x, w, Tensor(), Options({1, 1}, {int64_t{1} << 32, int64_t{1} << 32}, {1, 1}, 1));
+      },
+      {"more elements than int64 can count"});
 }
 
 // --- registry ---
