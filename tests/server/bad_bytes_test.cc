@@ -4,7 +4,8 @@
 // good requests. Both ways in are tried: the unary call (UnaryMessages' parse) and the stream,
 // cut into chunks at random (ChunkedRequest's walk over the chunks). The seeds are the load
 // tester's grad_tiny, a 20 KiB payload (big enough for the stream to leave its bytes in the
-// chunks) and every request of examples/ (checkpoints, grad ops, conv2d, cross_entropy, ...).
+// chunks), every request of examples/ (checkpoints, grad ops, conv2d, cross_entropy, ...) and
+// tests/server/data/every_op.json (every other op, a hook, detach, two backward calls).
 // Bounded: a fixed count of calls with a fixed seed, small limits, each call under a deadline
 // (GRADSERVE_BAD_BYTES_SEED and GRADSERVE_BAD_BYTES_CALLS set others, for a longer search).
 // Under CI's AddressSanitizer build, a mutation that reads out of bounds fails here too.
@@ -36,13 +37,15 @@ namespace {
 std::vector<std::string> SeedRequests() {
   std::vector<std::string> seeds = {load::GradTinyRequest().SerializeAsString(),
                                     load::PayloadRequest(20 << 10)->SerializeAsString()};
+  std::vector<std::filesystem::path> files = {GRADSERVE_TEST_DATA_DIR "/every_op.json"};
   for (const auto& entry : std::filesystem::directory_iterator(GRADSERVE_EXAMPLES_DIR)) {
-    if (entry.path().extension() != ".json") continue;
+    if (entry.path().extension() == ".json") files.push_back(entry.path());
+  }
+  for (const std::filesystem::path& path : files) {
     std::stringstream json;
-    json << std::ifstream(entry.path()).rdbuf();
+    json << std::ifstream(path).rdbuf();
     v1::GradRequest request;
-    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(json.str(), &request).ok())
-        << entry.path();
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(json.str(), &request).ok()) << path;
     seeds.push_back(request.SerializeAsString());
   }
   return seeds;
