@@ -78,8 +78,9 @@ class FlagArguments {
 
   // Note [Flags checked first]: OK if absl will parse every flag argument; else
   // INVALID_ARGUMENT naming the first bad one. `own`, if not empty, lists the only flags
-  // (besides absl's built-in ones) that the arguments may set. Sets the flags it checks.
+  // (besides absl's usage flags) that the arguments may set. Sets the flags it checks.
   absl::Status Check(absl::Span<const std::string> own = {}) const {
+    if (arguments_.size() < 2) return absl::OkStatus();  // no arguments past the program's name
     const size_t end = static_cast<size_t>(
         std::find(arguments_.begin() + 1, arguments_.end(), "--") - arguments_.begin());
     for (size_t i = 1; i < end; ++i) {
