@@ -68,6 +68,16 @@ TEST(ChunkMessageTest, AMalformedChunkIsInvalidArgumentNamingIt) {
   EXPECT_TRUE(CheckSquareWorks(server.client()).ok());
 }
 
+// A stream that half-closes before any chunk carries the empty request, which asks for
+// nothing and gets an empty response, as the same zero bytes do as a unary call.
+TEST(ChunkMessageTest, AStreamWithoutChunksIsTheEmptyRequest) {
+  TestServer server;
+  const grpc::Status streamed = SendStreamMessages(server.client().channel(), {});
+  EXPECT_TRUE(streamed.ok()) << streamed.error_message();
+  EXPECT_TRUE(SendUnaryBytes(server.client().channel(), "").ok());
+  EXPECT_TRUE(CheckSquareWorks(server.client()).ok());
+}
+
 // gRPC still bounds each raw chunk by --max_message_bytes before the server sees it.
 TEST(ChunkMessageTest, AChunkOverTheMessageLimitIsRefused) {
   server::ServerOptions options = TestOptions();
