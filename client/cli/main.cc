@@ -6,10 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
-#include "absl/status/status.h"
 #include "client/cli/command.h"
 #include "engine/util/flag_arguments.h"
 #include "engine/util/process_start.h"

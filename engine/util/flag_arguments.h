@@ -144,9 +144,7 @@ class FlagArguments {
     if (found == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag '", flag.argument, "'"));
     }
-    const bool built_in = absl::StrContains(found->Filename(), "absl/flags/");
-    if (!own.empty() && !built_in &&
-        std::find(own.begin(), own.end(), found->Name()) == own.end()) {
+    if (!own.empty() && std::find(own.begin(), own.end(), found->Name()) == own.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("'", flag.argument, "' is not a flag of this command"));
     }

@@ -176,7 +176,7 @@ namespace {
 class RawStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   grpc::Status Run(const std::shared_ptr<grpc::Channel>& channel,
-                   std::vector<std::string> messages) {
+                   const std::vector<std::string>& messages) {
     grpc::GenericStub stub(channel);
     context_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     for (const std::string& m : messages) {
