@@ -32,7 +32,7 @@
 #include "engine/ops/elementwise.h"
 #include "engine/ops/linalg.h"
 #include "engine/ops/reductions.h"
-#include "engine/tensor/host_malloc.h"
+#include "engine/util/host_malloc.h"
 #include "engine/tensor/memory_budget.h"
 #include "engine/tensor/tensor.h"
 #include "engine/util/flag_arguments.h"

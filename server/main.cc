@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "engine/device/device_registry.h"
-#include "engine/tensor/host_malloc.h"
+#include "engine/util/host_malloc.h"
 #include "engine/util/flag_arguments.h"
 #include "engine/util/process_start.h"
 #include "server/devices_flag.h"

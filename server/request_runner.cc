@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "engine/tensor/status_error.h"
+#include "engine/util/status_error.h"
 #include "server/graph_cache.h"
 #include "server/wire.h"
 

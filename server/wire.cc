@@ -11,9 +11,9 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "engine/device/device_registry.h"
-#include "engine/tensor/device.h"
+#include "engine/device/device.h"
 #include "engine/tensor/shape.h"
-#include "engine/tensor/status_error.h"
+#include "engine/util/status_error.h"
 
 namespace gradserve::server {
 namespace {

@@ -3,7 +3,7 @@
 #include "engine/autograd/autograd_meta.h"
 #include "engine/autograd/functions/accumulate.h"
 #include "engine/autograd/grad_mode.h"
-#include "engine/tensor/basic_kernels.h"
+#include "engine/kernels/basic_kernels.h"
 
 namespace gradserve::autograd {
 

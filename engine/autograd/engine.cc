@@ -9,8 +9,8 @@
 #include "engine/autograd/graph_root.h"
 #include "engine/device/device_registry.h"
 #include "engine/device/stream.h"
-#include "engine/tensor/basic_kernels.h"
-#include "engine/tensor/status_error.h"
+#include "engine/kernels/basic_kernels.h"
+#include "engine/util/status_error.h"
 
 namespace gradserve::autograd {
 namespace {

@@ -2,7 +2,7 @@
 
 #include "engine/autograd/functions/accumulate.h"
 #include "engine/autograd/grad_mode.h"
-#include "engine/tensor/basic_kernels.h"
+#include "engine/kernels/basic_kernels.h"
 
 namespace gradserve::autograd {
 void InputBuffer::add(size_t pos, Tensor grad, Stream producer, Stream consumer) {

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/tensor/allocator.h"
-#include "engine/tensor/device.h"
+#include "engine/device/allocator.h"
+#include "engine/device/device.h"
 
 namespace gradserve {
 

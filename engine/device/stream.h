@@ -22,7 +22,7 @@
 
 #include <cstdint>
 
-#include "engine/tensor/device.h"
+#include "engine/device/device.h"
 #include "engine/tensor/tensor.h"
 
 namespace gradserve {

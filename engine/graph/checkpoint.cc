@@ -9,7 +9,7 @@
 #include "engine/autograd/node.h"
 #include "engine/autograd/saved_variable.h"
 #include "engine/autograd/variable.h"
-#include "engine/tensor/status_error.h"
+#include "engine/util/status_error.h"
 
 namespace gradserve::graph {
 namespace {

@@ -2,7 +2,7 @@
 
 #include "engine/autograd/autograd.h"
 #include "engine/tensor/memory_budget.h"
-#include "engine/tensor/status_error.h"
+#include "engine/util/status_error.h"
 
 namespace gradserve::graph {
 

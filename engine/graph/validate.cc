@@ -13,7 +13,7 @@
 #include "engine/graph/graph_level_ops.h"
 #include "engine/graph/hooks.h"
 #include "engine/graph/interpreter.h"
-#include "engine/tensor/status_error.h"
+#include "engine/util/status_error.h"
 
 namespace gradserve::graph {
 namespace {

@@ -1,7 +1,7 @@
 #include "engine/ops/attributes.h"
 
 #include "absl/strings/str_cat.h"
-#include "engine/tensor/status_error.h"
+#include "engine/util/status_error.h"
 
 namespace gradserve::ops {
 

@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "engine/autograd/node.h"
-#include "engine/ops/functors.h"
-#include "engine/ops/op_kernels.h"
+#include "engine/kernels/functors.h"
+#include "engine/kernels/op_kernels.h"
 
 namespace gradserve::ops {
 namespace {

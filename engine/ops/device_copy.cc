@@ -9,8 +9,8 @@
 #include "engine/autograd/node.h"
 #include "engine/device/device_registry.h"
 #include "engine/ops/elementwise.h"
-#include "engine/ops/op_kernels.h"
-#include "engine/tensor/status_error.h"
+#include "engine/kernels/op_kernels.h"
+#include "engine/util/status_error.h"
 
 namespace gradserve::ops {
 namespace {

@@ -11,10 +11,10 @@
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/saved_variable.h"
 #include "engine/ops/broadcast.h"
-#include "engine/ops/functors.h"
-#include "engine/ops/op_kernels.h"
+#include "engine/kernels/functors.h"
+#include "engine/kernels/op_kernels.h"
 #include "engine/ops/op_registry.h"
-#include "engine/tensor/basic_kernels.h"
+#include "engine/kernels/basic_kernels.h"
 
 namespace gradserve::ops {
 namespace {

@@ -11,11 +11,11 @@
 #include "engine/autograd/saved_variable.h"
 #include "engine/ops/broadcast.h"
 #include "engine/ops/elementwise.h"
-#include "engine/ops/kernel_stub.h"
+#include "engine/kernels/kernel_stub.h"
 #include "engine/ops/nn_kernels.h"
-#include "engine/ops/op_kernels.h"
+#include "engine/kernels/op_kernels.h"
 #include "engine/ops/op_registry.h"
-#include "engine/tensor/basic_kernels.h"
+#include "engine/kernels/basic_kernels.h"
 
 namespace gradserve::ops {
 namespace {

@@ -10,8 +10,8 @@
 #include "engine/autograd/saved_variable.h"
 #include "engine/ops/broadcast.h"
 #include "engine/ops/elementwise.h"
-#include "engine/ops/functors.h"
-#include "engine/ops/op_kernels.h"
+#include "engine/kernels/functors.h"
+#include "engine/kernels/op_kernels.h"
 #include "engine/ops/op_registry.h"
 
 namespace gradserve::ops {

@@ -13,7 +13,7 @@
 #include "engine/ops/broadcast.h"
 #include "engine/ops/shape_common.h"
 #include "engine/ops/shape_kernels.h"
-#include "engine/tensor/basic_kernels.h"
+#include "engine/kernels/basic_kernels.h"
 
 namespace gradserve::ops {
 namespace {

@@ -16,7 +16,7 @@
 #include "absl/types/span.h"
 #include "engine/autograd/node.h"
 #include "engine/autograd/variable.h"
-#include "engine/ops/op_kernels.h"
+#include "engine/kernels/op_kernels.h"
 #include "engine/tensor/tensor.h"
 
 namespace gradserve::ops {

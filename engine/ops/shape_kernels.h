@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "engine/ops/kernel_stub.h"
+#include "engine/kernels/kernel_stub.h"
 #include "engine/tensor/tensor.h"
 
 namespace gradserve::ops {

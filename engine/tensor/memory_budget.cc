@@ -1,7 +1,7 @@
 #include "engine/tensor/memory_budget.h"
 
 #include "absl/strings/str_cat.h"
-#include "engine/tensor/status_error.h"
+#include "engine/util/status_error.h"
 
 namespace gradserve {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "engine/tensor/status_error.h"
+#include "engine/util/status_error.h"
 #include "engine/util/mutex.h"
 
 namespace gradserve {

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "engine/tensor/allocator.h"
+#include "engine/device/allocator.h"
 #include "engine/tensor/memory_budget.h"
 
 namespace gradserve {

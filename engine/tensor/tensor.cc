@@ -7,7 +7,7 @@
 #include "engine/autograd/autograd_meta.h"
 #include "engine/autograd/node.h"
 #include "engine/device/device_registry.h"
-#include "engine/tensor/basic_kernels.h"
+#include "engine/kernels/basic_kernels.h"
 
 namespace gradserve {
 

@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "engine/tensor/device.h"
+#include "engine/device/device.h"
 #include "engine/tensor/dtype.h"
 #include "engine/tensor/shape.h"
-#include "engine/tensor/status_error.h"
+#include "engine/util/status_error.h"
 #include "engine/tensor/storage.h"
 
 namespace gradserve {

@@ -1,6 +1,6 @@
 // GS_HOST_DEVICE marks a function (a functor's operator(), a small helper) as callable from both
 // host code and CUDA kernels. Outside nvcc it expands to nothing, so the same definition serves
-// the CPU build (Note [Kernels for every device] in engine/ops/op_kernels.h).
+// the CPU build (Note [Kernels for every device] in engine/kernels/op_kernels.h).
 //
 // GS_CUDA_KERNELS is 1 in a translation unit that nvcc compiles for a build with the CUDA
 // backend: only there may code launch kernels.

@@ -7,7 +7,7 @@
 #define GRADSERVE_ENGINE_UTIL_PROCESS_START_H_
 
 #include "absl/synchronization/mutex.h"
-#include "engine/tensor/host_malloc.h"
+#include "engine/util/host_malloc.h"
 
 namespace gradserve {
 

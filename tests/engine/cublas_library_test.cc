@@ -15,7 +15,7 @@
 #include <dlfcn.h>
 
 #include "engine/device/cuda/cublas_library.h"
-#include "engine/tensor/status_error.h"
+#include "engine/util/status_error.h"
 #endif
 
 namespace gradserve {

@@ -16,7 +16,7 @@
 #include "engine/ops/elementwise.h"
 #include "engine/ops/linalg.h"
 #include "engine/ops/reductions.h"
-#include "engine/tensor/basic_kernels.h"
+#include "engine/kernels/basic_kernels.h"
 #include "engine/tensor/tensor.h"
 #include "gtest/gtest.h"
 #include "tests/engine/cuda_test_util.h"

@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "engine/device/cuda_devices.h"
-#include "engine/tensor/device.h"
+#include "engine/device/device.h"
 #include "engine/tensor/tensor.h"
 
 namespace gradserve::testing {

@@ -32,7 +32,7 @@
 #include "engine/graph/interpreter.h"
 #include "engine/ops/op_registry.h"
 #include "engine/tensor/shape.h"
-#include "engine/tensor/status_error.h"
+#include "engine/util/status_error.h"
 #include "engine/tensor/tensor.h"
 #include "gtest/gtest.h"
 #include "tests/engine/graph_test_util.h"

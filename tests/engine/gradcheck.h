@@ -35,7 +35,7 @@
 #include "absl/types/span.h"
 #include "engine/autograd/autograd.h"
 #include "engine/autograd/grad_mode.h"
-#include "engine/tensor/basic_kernels.h"
+#include "engine/kernels/basic_kernels.h"
 #include "engine/tensor/tensor.h"
 #include "gtest/gtest.h"
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tensor/status_error.h"
+#include "engine/util/status_error.h"
 #include "engine/tensor/tensor.h"
 #include "gtest/gtest.h"
 #include "tests/engine/gradcheck.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/tensor/memory_budget.h"
-#include "engine/tensor/status_error.h"
+#include "engine/util/status_error.h"
 #include "engine/tensor/tensor.h"
 #include "gtest/gtest.h"
 

@@ -1,6 +1,6 @@
 #include "engine/tensor/tensor.h"
 
-#include "engine/tensor/basic_kernels.h"
+#include "engine/kernels/basic_kernels.h"
 #include "gtest/gtest.h"
 
 namespace gradserve {

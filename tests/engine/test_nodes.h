@@ -14,7 +14,7 @@
 #include "engine/util/mutex.h"
 #include "engine/autograd/saved_variable.h"
 #include "engine/autograd/variable.h"
-#include "engine/tensor/basic_kernels.h"
+#include "engine/kernels/basic_kernels.h"
 #include "engine/tensor/tensor.h"
 
 namespace gradserve::testing {

@@ -1,7 +1,7 @@
 #include "engine/autograd/functions/accumulate.h"
 
 #include "engine/autograd/variable.h"
-#include "engine/tensor/basic_kernels.h"
+#include "engine/kernels/basic_kernels.h"
 
 namespace gradserve::autograd {
 namespace {

@@ -10,7 +10,7 @@
 #include "engine/device/cuda/cublas_library.h"
 #include "engine/device/cuda/cuda_check.h"
 #include "engine/device/cuda/cuda_stream.h"
-#include "engine/tensor/status_error.h"
+#include "engine/util/status_error.h"
 
 namespace gradserve::cuda {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "engine/tensor/status_error.h"
+#include "engine/util/status_error.h"
 
 // The symbol a cuBLAS name of cublas_v2.h stands for, after the header's macros: two levels,
 // so that GS_CUBLAS_SYMBOL(cublasCreate) is "cublasCreate_v2". libcublas also exports the

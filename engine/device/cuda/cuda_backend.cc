@@ -19,7 +19,7 @@
 #include "engine/device/cuda/cuda_stream.h"
 #include "engine/device/cuda_devices.h"
 #include "engine/device/device_registry.h"
-#include "engine/tensor/status_error.h"
+#include "engine/util/status_error.h"
 
 namespace gradserve {
 

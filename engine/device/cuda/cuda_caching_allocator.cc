@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/device/cuda/cuda_check.h"
 #include "engine/device/cuda/cuda_stream.h"
-#include "engine/tensor/status_error.h"
+#include "engine/util/status_error.h"
 
 namespace gradserve::cuda {
 

@@ -28,7 +28,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "engine/tensor/allocator.h"
+#include "engine/device/allocator.h"
 #include "engine/util/mutex.h"
 
 namespace gradserve::cuda {

@@ -16,7 +16,7 @@
 #include "engine/device/cuda/cuda_check.h"
 #include "engine/device/cuda/cuda_stream.h"
 #include "engine/ops/nn_kernels.h"
-#include "engine/tensor/status_error.h"
+#include "engine/util/status_error.h"
 
 namespace gradserve::ops::cuda_kernels {
 namespace {

@@ -14,7 +14,7 @@
 
 #include "engine/device/cuda/cuda_check.h"
 #include "engine/device/cuda/cuda_stream.h"
-#include "engine/ops/cuda/launch.cuh"
+#include "engine/kernels/cuda/launch.cuh"
 #include "engine/ops/nn_kernels.h"
 
 namespace gradserve::ops::cuda_kernels {

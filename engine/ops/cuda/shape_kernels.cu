@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "engine/ops/cuda/launch.cuh"
+#include "engine/kernels/cuda/launch.cuh"
 #include "engine/ops/shape_kernels.h"
 #include "engine/tensor/dtype.h"
 

@@ -1,7 +1,7 @@
 // Where a Tensor's memory lives: the CPU, a simulated accelerator or a CUDA GPU.
 
-#ifndef GRADSERVE_ENGINE_TENSOR_DEVICE_H_
-#define GRADSERVE_ENGINE_TENSOR_DEVICE_H_
+#ifndef GRADSERVE_ENGINE_DEVICE_DEVICE_H_
+#define GRADSERVE_ENGINE_DEVICE_DEVICE_H_
 
 #include <cstdint>
 #include <string>
@@ -48,4 +48,4 @@ absl::StatusOr<Device> ParseDevice(absl::string_view name);
 
 }  // namespace gradserve
 
-#endif  // GRADSERVE_ENGINE_TENSOR_DEVICE_H_
+#endif  // GRADSERVE_ENGINE_DEVICE_DEVICE_H_

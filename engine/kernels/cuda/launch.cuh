@@ -1,6 +1,6 @@
 // What every CUDA kernel of the op set shares: launch sizes, the device and stream a launch
 // on a tensor's GPU uses (LaunchOn), and StridedIndexer, the GPU side of ForEachRow's walk
-// (engine/ops/op_kernels.h).
+// (engine/kernels/op_kernels.h).
 //
 // Only nvcc-compiled files with the CUDA backend include this (GS_CUDA_KERNELS).
 
@@ -16,7 +16,7 @@
 #include "absl/types/span.h"
 #include "engine/device/cuda/cuda_check.h"
 #include "engine/device/cuda/cuda_stream.h"
-#include "engine/tensor/status_error.h"
+#include "engine/util/status_error.h"
 #include "engine/tensor/tensor.h"
 #include "engine/util/host_device.h"
 

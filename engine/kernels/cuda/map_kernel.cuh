@@ -10,7 +10,7 @@
 #include <array>
 #include <utility>
 
-#include "engine/ops/cuda/launch.cuh"
+#include "engine/kernels/cuda/launch.cuh"
 
 namespace gradserve::ops::cuda_kernels {
 

@@ -6,8 +6,8 @@
 // interpreter catch it and hand the status on (GraphTask's future, or a StatusOr). Any other
 // exception caught there becomes INTERNAL, since it can only be a bug.
 
-#ifndef GRADSERVE_ENGINE_TENSOR_STATUS_ERROR_H_
-#define GRADSERVE_ENGINE_TENSOR_STATUS_ERROR_H_
+#ifndef GRADSERVE_ENGINE_UTIL_STATUS_ERROR_H_
+#define GRADSERVE_ENGINE_UTIL_STATUS_ERROR_H_
 
 #include <exception>
 #include <string>
@@ -60,4 +60,4 @@ inline void ThrowIfError(absl::Status status) {
 
 }  // namespace gradserve
 
-#endif  // GRADSERVE_ENGINE_TENSOR_STATUS_ERROR_H_
+#endif  // GRADSERVE_ENGINE_UTIL_STATUS_ERROR_H_

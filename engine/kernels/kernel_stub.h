@@ -12,8 +12,8 @@
 // Thread safety: Register may race with calls; a call sees an implementation fully or not at
 // all.
 
-#ifndef GRADSERVE_ENGINE_OPS_KERNEL_STUB_H_
-#define GRADSERVE_ENGINE_OPS_KERNEL_STUB_H_
+#ifndef GRADSERVE_ENGINE_KERNELS_KERNEL_STUB_H_
+#define GRADSERVE_ENGINE_KERNELS_KERNEL_STUB_H_
 
 #include <array>
 #include <atomic>
@@ -22,8 +22,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "engine/device/device_registry.h"
-#include "engine/tensor/device.h"
-#include "engine/tensor/status_error.h"
+#include "engine/device/device.h"
+#include "engine/util/status_error.h"
 
 namespace gradserve::ops {
 
@@ -64,4 +64,4 @@ class KernelStub<R(Args...)> {
 
 }  // namespace gradserve::ops
 
-#endif  // GRADSERVE_ENGINE_OPS_KERNEL_STUB_H_
+#endif  // GRADSERVE_ENGINE_KERNELS_KERNEL_STUB_H_

@@ -1,4 +1,4 @@
-#include "engine/tensor/device.h"
+#include "engine/device/device.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"

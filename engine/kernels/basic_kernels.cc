@@ -1,4 +1,4 @@
-#include "engine/tensor/basic_kernels.h"
+#include "engine/kernels/basic_kernels.h"
 
 #include <cmath>
 #include <cstring>
@@ -6,13 +6,13 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "engine/device/device_registry.h"
-#include "engine/ops/functors.h"
-#include "engine/ops/op_kernels.h"
+#include "engine/kernels/functors.h"
+#include "engine/kernels/op_kernels.h"
 #include "engine/util/host_device.h"
 
 namespace gradserve {
 
-// Functors of the GPU paths below (Note [Kernels for every device] in engine/ops/op_kernels.h):
+// Functors of the GPU paths below (Note [Kernels for every device] in engine/kernels/op_kernels.h):
 // namespace-scope structs holding values only, so nvcc can instantiate them as CUDA kernels.
 namespace basic_kernels_internal {
 

@@ -1,11 +1,11 @@
 // The memory interface that each device backend implements.
 
-#ifndef GRADSERVE_ENGINE_TENSOR_ALLOCATOR_H_
-#define GRADSERVE_ENGINE_TENSOR_ALLOCATOR_H_
+#ifndef GRADSERVE_ENGINE_DEVICE_ALLOCATOR_H_
+#define GRADSERVE_ENGINE_DEVICE_ALLOCATOR_H_
 
 #include <cstddef>
 
-#include "engine/tensor/device.h"
+#include "engine/device/device.h"
 
 namespace gradserve {
 
@@ -31,4 +31,4 @@ Allocator* CpuAllocator();
 
 }  // namespace gradserve
 
-#endif  // GRADSERVE_ENGINE_TENSOR_ALLOCATOR_H_
+#endif  // GRADSERVE_ENGINE_DEVICE_ALLOCATOR_H_

@@ -1,4 +1,4 @@
-#include "engine/ops/op_kernels.h"
+#include "engine/kernels/op_kernels.h"
 
 #include <optional>
 

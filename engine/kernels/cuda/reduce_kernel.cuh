@@ -1,4 +1,4 @@
-// ReduceKernel on a GPU: the same contract as the CPU's (engine/ops/op_kernels.h), as one CUDA
+// ReduceKernel on a GPU: the same contract as the CPU's (engine/kernels/op_kernels.h), as one CUDA
 // kernel.
 //
 // Note [Reductions on the GPU]
@@ -22,7 +22,7 @@
 #include <array>
 
 #include "engine/device/device_registry.h"
-#include "engine/ops/cuda/launch.cuh"
+#include "engine/kernels/cuda/launch.cuh"
 
 namespace gradserve::ops::cuda_kernels {
 

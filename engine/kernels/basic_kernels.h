@@ -3,12 +3,12 @@
 //
 // All of them work on tensors of any strides on host-accessible devices and on GPUs (there as
 // asynchronous kernels on the tensor's current stream, through MapKernel and ReduceKernel of
-// engine/ops/op_kernels.h); CopyInto also moves bytes between devices through their backends.
+// engine/kernels/op_kernels.h); CopyInto also moves bytes between devices through their backends.
 // They record no autograd history.
 // Errors: StatusError(INVALID_ARGUMENT) for mismatched shapes or dtypes.
 
-#ifndef GRADSERVE_ENGINE_TENSOR_BASIC_KERNELS_H_
-#define GRADSERVE_ENGINE_TENSOR_BASIC_KERNELS_H_
+#ifndef GRADSERVE_ENGINE_KERNELS_BASIC_KERNELS_H_
+#define GRADSERVE_ENGINE_KERNELS_BASIC_KERNELS_H_
 
 #include <cstdint>
 
@@ -76,4 +76,4 @@ void ForEachStrided2(absl::Span<const int64_t> shape, absl::Span<const int64_t> 
 
 }  // namespace gradserve
 
-#endif  // GRADSERVE_ENGINE_TENSOR_BASIC_KERNELS_H_
+#endif  // GRADSERVE_ENGINE_KERNELS_BASIC_KERNELS_H_

@@ -19,7 +19,7 @@
 //
 // Note [Kernels for every device]
 // MapKernel and ReduceKernel also run on GPUs: for a tensor on "cuda:N" they launch the CUDA
-// kernels of engine/ops/cuda/map_kernel.cuh and reduce_kernel.cuh with the same functors. So a
+// kernels of engine/kernels/cuda/map_kernel.cuh and reduce_kernel.cuh with the same functors. So a
 // functor given to them is a struct (not a lambda: nvcc cannot send a host lambda to the device)
 // whose operator() is GS_HOST_DEVICE and which holds values only, and the files that call them
 // are compiled by nvcc in a build with the CUDA backend (engine/CMakeLists.txt), where
@@ -28,8 +28,8 @@
 // lanes (Note [Reducing a row in lanes]). Elsewhere a GPU tensor
 // reaching these kernels is an INTERNAL error, never a host read of device memory.
 
-#ifndef GRADSERVE_ENGINE_OPS_OP_KERNELS_H_
-#define GRADSERVE_ENGINE_OPS_OP_KERNELS_H_
+#ifndef GRADSERVE_ENGINE_KERNELS_OP_KERNELS_H_
+#define GRADSERVE_ENGINE_KERNELS_OP_KERNELS_H_
 
 #include <array>
 #include <cstdint>
@@ -167,8 +167,8 @@ void ForEachRow(absl::Span<const int64_t> shape,
 }  // namespace gradserve::ops
 
 #if GS_CUDA_KERNELS
-#include "engine/ops/cuda/map_kernel.cuh"
-#include "engine/ops/cuda/reduce_kernel.cuh"
+#include "engine/kernels/cuda/map_kernel.cuh"
+#include "engine/kernels/cuda/reduce_kernel.cuh"
 #endif
 
 namespace gradserve::ops {
@@ -347,4 +347,4 @@ std::shared_ptr<NodeT> RecordOp(Tensor& out, TensorRefs inputs, Args&&... args) 
 
 }  // namespace gradserve::ops
 
-#endif  // GRADSERVE_ENGINE_OPS_OP_KERNELS_H_
+#endif  // GRADSERVE_ENGINE_KERNELS_OP_KERNELS_H_

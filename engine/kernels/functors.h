@@ -1,8 +1,8 @@
 // Functors shared by several ops' kernels (Note [Kernels for every device]): structs whose
 // operator() runs on the host and on GPUs. An op's own functors live beside the op.
 
-#ifndef GRADSERVE_ENGINE_OPS_FUNCTORS_H_
-#define GRADSERVE_ENGINE_OPS_FUNCTORS_H_
+#ifndef GRADSERVE_ENGINE_KERNELS_FUNCTORS_H_
+#define GRADSERVE_ENGINE_KERNELS_FUNCTORS_H_
 
 #include "engine/util/host_device.h"
 
@@ -46,4 +46,4 @@ struct Divide {
 
 }  // namespace gradserve::ops
 
-#endif  // GRADSERVE_ENGINE_OPS_FUNCTORS_H_
+#endif  // GRADSERVE_ENGINE_KERNELS_FUNCTORS_H_
