@@ -17,7 +17,8 @@ namespace gradserve::autograd {
 // other tensor ever changes under its holder. With create_graph the sum is a new,
 // differentiable tensor each time.
 //
-// Thread safety: the leaf's AutogradMeta::mutex guards .grad against concurrent backward passes.
+// Thread safety: the leaf's AutogradMeta::mutex_ guards its grad_ against concurrent backward
+// passes.
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(Tensor leaf);

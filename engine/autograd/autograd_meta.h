@@ -1,4 +1,7 @@
-// The autograd half of a Tensor: what makes it PyTorch's Variable.
+// The autograd half of a Tensor: what makes it PyTorch's Variable. Tensor reaches it through
+// AutogradMetaInterface (Note [Autograd metadata behind an interface],
+// engine/tensor/autograd_meta_interface.h); autograd code reaches the fields through MetaOf and
+// MutableMetaOf.
 
 #ifndef GRADSERVE_ENGINE_AUTOGRAD_AUTOGRAD_META_H_
 #define GRADSERVE_ENGINE_AUTOGRAD_AUTOGRAD_META_H_
@@ -8,6 +11,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "engine/tensor/autograd_meta_interface.h"
 #include "engine/tensor/tensor.h"
 #include "engine/util/mutex.h"
 
@@ -15,23 +19,37 @@ namespace gradserve::autograd {
 
 class Node;
 
-struct AutogradMeta {
-  // The Node whose output_nr-th output this tensor is; null for leaves. Set once, when the op
+struct AutogradMeta final : AutogradMetaInterface {
+  bool requires_grad() const override { return requires_grad_ || grad_fn_ != nullptr; }
+  void set_requires_grad(bool requires_grad) override { requires_grad_ = requires_grad; }
+  const std::shared_ptr<Node>& grad_fn() const override { return grad_fn_; }
+  uint32_t output_nr() const override { return output_nr_; }
+  Tensor grad() const override;
+  void set_grad(Tensor grad) override;
+  const std::string& name() const override { return name_; }
+  void set_name(std::string name) override { name_ = std::move(name); }
+
+  // The Node whose output_nr_-th output this tensor is; null for leaves. Set once, when the op
   // that made the tensor records it.
-  std::shared_ptr<Node> grad_fn;
-  uint32_t output_nr = 0;
+  std::shared_ptr<Node> grad_fn_;
+  uint32_t output_nr_ = 0;
   // Leaves only: whether gradients flow into this tensor.
-  bool requires_grad = false;
-  std::string name;
+  bool requires_grad_ = false;
+  std::string name_;
 
   // Guards a leaf's gradient state against concurrent backward passes.
-  Mutex mutex;
+  mutable Mutex mutex_;
   // The leaf's AccumulateGrad, made on first use (GradAccumulator). Weak, as in PyTorch: the
   // recorded graph owns it, and a new one is made once that graph is gone.
-  std::weak_ptr<Node> grad_accumulator ABSL_GUARDED_BY(mutex);
+  std::weak_ptr<Node> grad_accumulator_ ABSL_GUARDED_BY(mutex_);
   // The gradient summed into the leaf by backward() calls.
-  Tensor grad ABSL_GUARDED_BY(mutex);
+  Tensor grad_ ABSL_GUARDED_BY(mutex_);
 };
+
+// t's metadata; null if it has none.
+AutogradMeta* MetaOf(const Tensor& t);
+// t's metadata, made if missing.
+AutogradMeta& MutableMetaOf(const Tensor& t);
 
 }  // namespace gradserve::autograd
 

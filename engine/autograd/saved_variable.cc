@@ -33,9 +33,9 @@ Tensor SavedVariable::unpack(const Node* saved_for) const {
   // An output of saved_for: the saving Node is alive (it is running), so its shared_ptr can
   // be recovered.
   Tensor out = data_.detach();
-  AutogradMeta& meta = out.mutable_autograd_meta();
-  meta.output_nr = output_nr_;
-  meta.grad_fn = const_cast<Node*>(saved_for)->shared_from_this();
+  AutogradMeta& meta = MutableMetaOf(out);
+  meta.output_nr_ = output_nr_;
+  meta.grad_fn_ = const_cast<Node*>(saved_for)->shared_from_this();
   return out;
 }
 

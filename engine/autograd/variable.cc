@@ -42,18 +42,18 @@ EdgeList CollectNextEdges(absl::Span<const Tensor> inputs) { return EdgesOf(inpu
 EdgeList CollectNextEdges(TensorRefs inputs) { return EdgesOf(inputs); }
 
 void SetHistory(Tensor& out, const std::shared_ptr<Node>& node) {
-  AutogradMeta& meta = out.mutable_autograd_meta();
-  meta.output_nr = node->add_input_metadata(InputMetadata(out));
-  meta.grad_fn = node;
+  AutogradMeta& meta = MutableMetaOf(out);
+  meta.output_nr_ = node->add_input_metadata(InputMetadata(out));
+  meta.grad_fn_ = node;
 }
 
 std::shared_ptr<Node> GradAccumulator(const Tensor& leaf) {
-  AutogradMeta* meta = leaf.autograd_meta();
-  if (meta == nullptr || !meta->requires_grad || meta->grad_fn != nullptr) return nullptr;
-  MutexLock lock(&meta->mutex);
-  if (auto existing = meta->grad_accumulator.lock()) return existing;
+  AutogradMeta* meta = MetaOf(leaf);
+  if (meta == nullptr || !meta->requires_grad_ || meta->grad_fn_ != nullptr) return nullptr;
+  MutexLock lock(&meta->mutex_);
+  if (auto existing = meta->grad_accumulator_.lock()) return existing;
   std::shared_ptr<Node> made = MakeNode<AccumulateGrad>(leaf);
-  meta->grad_accumulator = made;
+  meta->grad_accumulator_ = made;
   return made;
 }
 

@@ -8,6 +8,7 @@
 #include "engine/device/device_registry.h"
 #include "engine/kernels/functors.h"
 #include "engine/kernels/op_kernels.h"
+#include "engine/tensor/tensor_kernels.h"
 #include "engine/util/host_device.h"
 
 namespace gradserve {
@@ -249,4 +250,14 @@ bool HasNaN(const Tensor& t) {
   return found;
 }
 
+}  // namespace gradserve
+
+namespace gradserve {
+namespace {
+
+// Note [Tensor's kernels]: installed before main() runs.
+[[maybe_unused]] const bool kTensorKernelsInstalled =
+    (SetTensorKernels({.fill = &Fill, .copy = &CopyInto}), true);
+
+}  // namespace
 }  // namespace gradserve

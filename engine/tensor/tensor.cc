@@ -4,12 +4,32 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "engine/autograd/autograd_meta.h"
-#include "engine/autograd/node.h"
 #include "engine/device/device_registry.h"
-#include "engine/kernels/basic_kernels.h"
+#include "engine/tensor/tensor_kernels.h"
 
 namespace gradserve {
+namespace {
+
+// Set before main() by engine/kernels and engine/autograd; read-only after.
+TensorKernels g_kernels;
+AutogradMetaFactory g_autograd_meta_factory = nullptr;
+
+const TensorKernels& Kernels() {
+  GS_CHECK_INTERNAL(g_kernels.fill != nullptr && g_kernels.copy != nullptr,
+                    "Tensor's fill and copy kernels are not installed: engine/kernels is not "
+                    "linked (Note [Tensor's kernels])");
+  return g_kernels;
+}
+
+void Fill(const Tensor& dst, double value) { Kernels().fill(dst, value); }
+void CopyInto(const Tensor& dst, const Tensor& src) { Kernels().copy(dst, src); }
+
+}  // namespace
+
+void SetTensorKernels(const TensorKernels& kernels) { g_kernels = kernels; }
+
+void SetAutogradMetaFactory(AutogradMetaFactory factory) { g_autograd_meta_factory = factory; }
+AutogradMetaFactory GetAutogradMetaFactory() { return g_autograd_meta_factory; }
 
 TensorImpl::TensorImpl(std::shared_ptr<Storage> storage, int64_t storage_offset, Shape shape,
                        Strides strides, DType dtype, int64_t numel)
@@ -130,8 +150,8 @@ Tensor Tensor::AsStrided(absl::Span<const int64_t> new_shape, absl::Span<const i
 }
 
 bool Tensor::requires_grad() const {
-  const autograd::AutogradMeta* meta = autograd_meta();
-  return meta != nullptr && (meta->requires_grad || meta->grad_fn != nullptr);
+  const AutogradMetaInterface* meta = autograd_meta();
+  return meta != nullptr && meta->requires_grad();
 }
 
 void Tensor::set_requires_grad(bool requires_grad) {
@@ -139,32 +159,26 @@ void Tensor::set_requires_grad(bool requires_grad) {
   GS_CHECK_ARG(!requires_grad || IsFloating(dtype()),
                "only floating tensors can require gradients, got ", DTypeName(dtype()));
   GS_CHECK_ARG(is_leaf(), "requires_grad can only be set on leaf tensors");
-  mutable_autograd_meta().requires_grad = requires_grad;
+  mutable_autograd_meta().set_requires_grad(requires_grad);
 }
 
 const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
   static const std::shared_ptr<autograd::Node> kNone;
-  const autograd::AutogradMeta* meta = autograd_meta();
-  return meta != nullptr ? meta->grad_fn : kNone;
+  const AutogradMetaInterface* meta = autograd_meta();
+  return meta != nullptr ? meta->grad_fn() : kNone;
 }
 
 uint32_t Tensor::output_nr() const {
-  const autograd::AutogradMeta* meta = autograd_meta();
-  return meta != nullptr ? meta->output_nr : 0;
+  const AutogradMetaInterface* meta = autograd_meta();
+  return meta != nullptr ? meta->output_nr() : 0;
 }
 
 Tensor Tensor::grad() const {
-  autograd::AutogradMeta* meta = autograd_meta();
-  if (meta == nullptr) return Tensor();
-  MutexLock lock(&meta->mutex);
-  return meta->grad;
+  const AutogradMetaInterface* meta = autograd_meta();
+  return meta != nullptr ? meta->grad() : Tensor();
 }
 
-void Tensor::set_grad(Tensor grad) {
-  autograd::AutogradMeta& meta = mutable_autograd_meta();
-  MutexLock lock(&meta.mutex);
-  meta.grad = std::move(grad);
-}
+void Tensor::set_grad(Tensor grad) { mutable_autograd_meta().set_grad(std::move(grad)); }
 
 Tensor Tensor::detach() const {
   return Tensor(std::make_shared<TensorImpl>(impl_->storage, impl_->storage_offset, impl_->shape,
@@ -173,15 +187,18 @@ Tensor Tensor::detach() const {
 
 const std::string& Tensor::name() const {
   static const std::string kEmpty;
-  const autograd::AutogradMeta* meta = autograd_meta();
-  return meta != nullptr ? meta->name : kEmpty;
+  const AutogradMetaInterface* meta = autograd_meta();
+  return meta != nullptr ? meta->name() : kEmpty;
 }
 
-void Tensor::set_name(std::string name) { mutable_autograd_meta().name = std::move(name); }
+void Tensor::set_name(std::string name) { mutable_autograd_meta().set_name(std::move(name)); }
 
-autograd::AutogradMeta& Tensor::mutable_autograd_meta() const {
+AutogradMetaInterface& Tensor::mutable_autograd_meta() const {
   if (impl_->autograd_meta == nullptr) {
-    impl_->autograd_meta = std::make_unique<autograd::AutogradMeta>();
+    GS_CHECK_INTERNAL(g_autograd_meta_factory != nullptr,
+                      "no autograd metadata factory: engine/autograd is not linked (Note "
+                      "[Autograd metadata behind an interface])");
+    impl_->autograd_meta = g_autograd_meta_factory();
   }
   return *impl_->autograd_meta;
 }

@@ -20,17 +20,13 @@
 
 #include "absl/types/span.h"
 #include "engine/device/device.h"
+#include "engine/tensor/autograd_meta_interface.h"
 #include "engine/tensor/dtype.h"
 #include "engine/tensor/shape.h"
-#include "engine/util/status_error.h"
 #include "engine/tensor/storage.h"
+#include "engine/util/status_error.h"
 
 namespace gradserve {
-
-namespace autograd {
-class Node;
-struct AutogradMeta;
-}  // namespace autograd
 
 struct TensorImpl {
   TensorImpl(std::shared_ptr<Storage> storage, int64_t storage_offset, Shape shape, Strides strides,
@@ -43,8 +39,9 @@ struct TensorImpl {
   Strides strides;
   DType dtype;
   int64_t numel;
-  // Null until autograd needs it (requires_grad, a grad_fn, a name).
-  std::unique_ptr<autograd::AutogradMeta> autograd_meta;
+  // Null until autograd needs it (requires_grad, a grad_fn, a name); made by engine/autograd
+  // (Note [Autograd metadata behind an interface]).
+  std::unique_ptr<AutogradMetaInterface> autograd_meta;
 };
 
 class Tensor {
@@ -139,9 +136,9 @@ class Tensor {
   void set_name(std::string name);
 
   // The autograd metadata; null if this tensor never had any.
-  autograd::AutogradMeta* autograd_meta() const { return impl_->autograd_meta.get(); }
-  // Creates the metadata if missing.
-  autograd::AutogradMeta& mutable_autograd_meta() const;
+  AutogradMetaInterface* autograd_meta() const { return impl_->autograd_meta.get(); }
+  // Creates the metadata if missing (Note [Autograd metadata behind an interface]).
+  AutogradMetaInterface& mutable_autograd_meta() const;
 
  private:
   std::shared_ptr<TensorImpl> impl_;
