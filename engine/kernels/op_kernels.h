@@ -1,6 +1,7 @@
 // The machinery shared by the op implementations in elementwise.cc, reductions.cc, linalg.cc
 // and broadcast.cc: PyTorch's dtype promotion, argument checks, the one strided walk over
-// several operands, the elementwise map and reduce kernels built on it, and autograd recording.
+// several operands, and the elementwise map and reduce kernels built on it. Autograd recording
+// is the ops' own (engine/ops/record.h): nothing here knows of autograd.
 //
 // Errors: the checks throw StatusError(INVALID_ARGUMENT) whose message starts with the op's name
 // and names the argument and shapes (Note [Errors inside the engine]); an invariant only a bug
@@ -43,9 +44,6 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/types/span.h"
-#include "engine/autograd/grad_mode.h"
-#include "engine/autograd/node.h"
-#include "engine/autograd/variable.h"
 #include "engine/tensor/tensor.h"
 #include "engine/util/host_device.h"
 
@@ -311,38 +309,6 @@ void ReduceKernel(const Tensor& input, absl::Span<const bool> reduced, const Ten
         }
       });
   for (int64_t i = 0; i < n_out; ++i) o[i] = finalize(a[i]);
-}
-
-// --- Autograd recording ---
-
-using autograd::TensorRefs;
-
-// True if grad mode is on and any input requires grad.
-inline bool ShouldRecordAny(TensorRefs inputs) { return autograd::ShouldRecord(inputs); }
-
-// If grad mode is on and any input requires grad: makes the node make() returns, gives it edges
-// to inputs (undefined or no-grad inputs get invalid edges), makes it out's grad_fn and returns
-// it, so the caller can then save what its backward needs (an output is saved after this call,
-// with SavedVariable(out, /*is_output=*/true), or the node would own its own output).
-// Otherwise returns null and calls nothing, so forward-only calls save nothing.
-template <typename Inputs, typename MakeFn>
-auto RecordIfNeeded(Tensor& out, const Inputs& inputs, MakeFn&& make) -> decltype(make()) {
-  if (!autograd::ShouldRecord(inputs)) return nullptr;
-  auto node = make();
-  node->set_next_edges(autograd::CollectNextEdges(inputs));
-  autograd::SetHistory(out, node);
-  return node;
-}
-template <typename MakeFn>
-auto RecordIfNeeded(Tensor& out, TensorRefs inputs, MakeFn&& make) -> decltype(make()) {
-  return RecordIfNeeded<TensorRefs>(out, inputs, std::forward<MakeFn>(make));
-}
-
-// RecordIfNeeded for a node made from constructor arguments: NodeT(args...).
-template <typename NodeT, typename... Args>
-std::shared_ptr<NodeT> RecordOp(Tensor& out, TensorRefs inputs, Args&&... args) {
-  return RecordIfNeeded(out, inputs,
-                        [&] { return autograd::MakeNode<NodeT>(std::forward<Args>(args)...); });
 }
 
 }  // namespace gradserve::ops

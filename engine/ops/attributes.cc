@@ -29,9 +29,8 @@ AttrType TypeOf(const AttrValue& value) { return static_cast<AttrType>(value.ind
 
 namespace {
 [[noreturn]] void WrongType(const std::string& name, AttrType want, const AttrValue& got) {
-  ThrowStatus(absl::InvalidArgumentError(absl::StrCat("attribute '", name, "' must be ",
-                                                      AttrTypeName(want), ", got ",
-                                                      AttrTypeName(TypeOf(got)))));
+  ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
+      "attribute '", name, "' must be ", AttrTypeName(want), ", got ", AttrTypeName(TypeOf(got)))));
 }
 [[noreturn]] void Missing(const std::string& name) {
   ThrowStatus(absl::InvalidArgumentError(absl::StrCat("missing required attribute '", name, "'")));

@@ -7,6 +7,7 @@
 #include "engine/autograd/node.h"
 #include "engine/kernels/functors.h"
 #include "engine/kernels/op_kernels.h"
+#include "engine/ops/record.h"
 
 namespace gradserve::ops {
 namespace {

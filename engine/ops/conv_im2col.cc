@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/autograd/node.h"
 #include "engine/ops/nn_kernels.h"
+#include "engine/ops/record.h"
 #include "engine/ops/shape_common.h"
 
 namespace gradserve::ops {

@@ -8,8 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "engine/autograd/node.h"
 #include "engine/device/device_registry.h"
-#include "engine/ops/elementwise.h"
 #include "engine/kernels/op_kernels.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/record.h"
 #include "engine/util/status_error.h"
 
 namespace gradserve::ops {

@@ -10,11 +10,12 @@
 
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/saved_variable.h"
-#include "engine/ops/broadcast.h"
+#include "engine/kernels/basic_kernels.h"
 #include "engine/kernels/functors.h"
 #include "engine/kernels/op_kernels.h"
+#include "engine/ops/broadcast.h"
 #include "engine/ops/op_registry.h"
-#include "engine/kernels/basic_kernels.h"
+#include "engine/ops/record.h"
 
 namespace gradserve::ops {
 namespace {

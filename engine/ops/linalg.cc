@@ -9,13 +9,14 @@
 #include <utility>
 
 #include "engine/autograd/saved_variable.h"
+#include "engine/kernels/basic_kernels.h"
+#include "engine/kernels/kernel_stub.h"
+#include "engine/kernels/op_kernels.h"
 #include "engine/ops/broadcast.h"
 #include "engine/ops/elementwise.h"
-#include "engine/kernels/kernel_stub.h"
 #include "engine/ops/nn_kernels.h"
-#include "engine/kernels/op_kernels.h"
 #include "engine/ops/op_registry.h"
-#include "engine/kernels/basic_kernels.h"
+#include "engine/ops/record.h"
 
 namespace gradserve::ops {
 namespace {

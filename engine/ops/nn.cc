@@ -15,6 +15,7 @@
 #include "engine/ops/elementwise.h"
 #include "engine/ops/linalg.h"
 #include "engine/ops/nn_kernels.h"
+#include "engine/ops/record.h"
 #include "engine/ops/reductions.h"
 #include "engine/ops/shape.h"
 #include "engine/ops/shape_common.h"

@@ -11,8 +11,8 @@
 
 #include <cstdint>
 
-#include "engine/ops/conv_im2col.h"
 #include "engine/kernels/kernel_stub.h"
+#include "engine/ops/conv_im2col.h"
 #include "engine/ops/nn.h"
 #include "engine/tensor/tensor.h"
 

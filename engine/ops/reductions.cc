@@ -8,11 +8,12 @@
 #include <utility>
 
 #include "engine/autograd/saved_variable.h"
-#include "engine/ops/broadcast.h"
-#include "engine/ops/elementwise.h"
 #include "engine/kernels/functors.h"
 #include "engine/kernels/op_kernels.h"
+#include "engine/ops/broadcast.h"
+#include "engine/ops/elementwise.h"
 #include "engine/ops/op_registry.h"
+#include "engine/ops/record.h"
 
 namespace gradserve::ops {
 namespace {

@@ -10,10 +10,11 @@
 #include "engine/autograd/node.h"
 #include "engine/autograd/saved_variable.h"
 #include "engine/device/device_registry.h"
+#include "engine/kernels/basic_kernels.h"
 #include "engine/ops/broadcast.h"
+#include "engine/ops/record.h"
 #include "engine/ops/shape_common.h"
 #include "engine/ops/shape_kernels.h"
-#include "engine/kernels/basic_kernels.h"
 
 namespace gradserve::ops {
 namespace {

@@ -17,6 +17,7 @@
 #include "engine/autograd/node.h"
 #include "engine/autograd/variable.h"
 #include "engine/kernels/op_kernels.h"
+#include "engine/ops/record.h"
 #include "engine/tensor/tensor.h"
 
 namespace gradserve::ops {

@@ -9,8 +9,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "engine/util/status_error.h"
 #include "engine/util/mutex.h"
+#include "engine/util/status_error.h"
 
 namespace gradserve {
 

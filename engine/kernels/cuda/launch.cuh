@@ -16,9 +16,9 @@
 #include "absl/types/span.h"
 #include "engine/device/cuda/cuda_check.h"
 #include "engine/device/cuda/cuda_stream.h"
-#include "engine/util/status_error.h"
 #include "engine/tensor/tensor.h"
 #include "engine/util/host_device.h"
+#include "engine/util/status_error.h"
 
 namespace gradserve::ops::cuda_kernels {
 
