@@ -27,15 +27,15 @@
 #include "absl/strings/str_split.h"
 #include "cblas.h"
 #include "engine/autograd/autograd.h"
-#include "engine/device/cuda_devices.h"
 #include "engine/device/device_registry.h"
+#include "engine/ops/cuda_ops.h"
 #include "engine/ops/elementwise.h"
 #include "engine/ops/linalg.h"
 #include "engine/ops/reductions.h"
-#include "engine/util/host_malloc.h"
 #include "engine/tensor/memory_budget.h"
 #include "engine/tensor/tensor.h"
 #include "engine/util/flag_arguments.h"
+#include "engine/util/host_malloc.h"
 #include "engine/util/process_start.h"
 
 ABSL_FLAG(std::string, scenario, "all",

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "engine/device/cuda_devices.h"
+#include "engine/ops/cuda_ops.h"
 
 namespace gradserve::server {
 

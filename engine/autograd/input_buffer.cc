@@ -9,7 +9,7 @@ void InputBuffer::add(size_t pos, Tensor grad, Stream producer, Stream consumer)
   if (!grad.defined()) return;
   if (consumer.has_stream() && producer.has_stream() && consumer != producer) {
     WaitStream(consumer, producer);
-    RecordStream(grad, consumer);
+    RecordStream(grad.device(), grad.storage()->data(), consumer);
   }
   StreamScope on_consumer(consumer);
   Tensor& old = buffer_[pos];

@@ -1,11 +1,12 @@
-// Finding and registering NVIDIA GPUs: the public face of the CUDA backend.
+// Finding and registering NVIDIA GPUs: the public face of the CUDA backend in the device layer.
+// Programs register GPUs with RegisterCudaDevices (engine/ops/cuda_ops.h), which also gives
+// the ops their GPU kernels; RegisterCudaBackend is the device half of it.
 //
 // These functions exist in every build. In a build without the backend (GRADSERVE_CUDA=OFF, or
 // no CUDA compiler where it was built) CudaBuilt() is false, CudaDeviceCount() is 0 and
-// RegisterCudaDevices fails with FAILED_PRECONDITION, so callers (the server's --devices flag,
-// tests) need no #ifdef.
+// RegisterCudaBackend fails with FAILED_PRECONDITION, so callers need no #ifdef.
 //
-// Thread safety: all may be called from any thread; RegisterCudaDevices registers at most once.
+// Thread safety: all may be called from any thread; RegisterCudaBackend registers at most once.
 
 #ifndef GRADSERVE_ENGINE_DEVICE_CUDA_DEVICES_H_
 #define GRADSERVE_ENGINE_DEVICE_CUDA_DEVICES_H_
@@ -31,7 +32,7 @@ int CudaDeviceCount(std::string* why_none = nullptr);
 // worker thread on first use.
 // Errors: FAILED_PRECONDITION if the backend is not built or no GPU is present;
 // INVALID_ARGUMENT for an index out of range or given twice; ALREADY_EXISTS if registered before.
-absl::Status RegisterCudaDevices(absl::Span<const int> physical = {});
+absl::Status RegisterCudaBackend(absl::Span<const int> physical = {});
 
 }  // namespace gradserve
 

@@ -11,7 +11,7 @@ int CudaDeviceCount(std::string* why_none) {
   return 0;
 }
 
-absl::Status RegisterCudaDevices(absl::Span<const int>) {
+absl::Status RegisterCudaBackend(absl::Span<const int>) {
   return absl::FailedPreconditionError(
       "this build has no CUDA backend; rebuild with -DGRADSERVE_CUDA=ON on a machine with nvcc");
 }

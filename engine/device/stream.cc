@@ -30,9 +30,9 @@ void WaitStream(Stream consumer, Stream producer) {
   BackendOf(consumer.device)->WaitStream(consumer.device.index, consumer.id, producer.id);
 }
 
-void RecordStream(const Tensor& t, Stream stream) {
-  if (!stream.has_stream() || !t.defined() || t.device() != stream.device) return;
-  BackendOf(stream.device)->RecordStream(stream.device.index, t.storage()->data(), stream.id);
+void RecordStream(Device device, void* data, Stream stream) {
+  if (!stream.has_stream() || device != stream.device) return;
+  BackendOf(stream.device)->RecordStream(stream.device.index, data, stream.id);
 }
 
 void SynchronizeStream(Stream stream) {

@@ -23,7 +23,6 @@
 #include <cstdint>
 
 #include "engine/device/device.h"
-#include "engine/tensor/tensor.h"
 
 namespace gradserve {
 
@@ -63,8 +62,9 @@ class StreamScope {
 
 // Makes later work on consumer wait for the work queued on producer so far (one device).
 void WaitStream(Stream consumer, Stream producer);
-// Marks t's memory as used by work on stream (rule 2 above).
-void RecordStream(const Tensor& t, Stream stream);
+// Marks the memory at data, allocated on device, as used by work on stream (rule 2 above);
+// nothing if the memory is on another device or stream has no stream.
+void RecordStream(Device device, void* data, Stream stream);
 // Blocks until the work queued on stream so far is done.
 void SynchronizeStream(Stream stream);
 

@@ -3,11 +3,11 @@
 // Note [Kernel stubs]
 // An op whose work is not an elementwise map or a reduction (softmax, layer_norm, matmul, the
 // index ops, im2col) calls its kernel through a stub, as PyTorch's DispatchStub does: the op's
-// file defines the stub and registers the CPU implementation beside it; the CUDA backend
-// registers the GPU implementations (engine/ops/cuda/*.cu) when RegisterCudaDevices runs. The
-// op code itself never names a device type. Host-accessible devices (the CPU, the simulated
-// accelerator) use the CPU implementation. A device with none throws UNIMPLEMENTED naming the
-// kernel and the device.
+// file defines the stub and registers the CPU implementation beside it; the GPU
+// implementations (engine/ops/cuda/*.cu) are registered when RegisterCudaDevices runs
+// (engine/ops/cuda_ops.h). The op code itself never names a device type. Host-accessible devices
+// (the CPU, the simulated accelerator) use the CPU implementation. A device with none throws
+// UNIMPLEMENTED naming the kernel and the device.
 //
 // Thread safety: Register may race with calls; a call sees an implementation fully or not at
 // all.
@@ -21,8 +21,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "engine/device/device_registry.h"
 #include "engine/device/device.h"
+#include "engine/device/device_registry.h"
 #include "engine/util/status_error.h"
 
 namespace gradserve::ops {

@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "engine/device/cuda_devices.h"
+#include "engine/kernels/basic_kernels.h"
 #include "engine/ops/nn.h"
 #include "engine/ops/shape.h"
-#include "engine/kernels/basic_kernels.h"
-#include "engine/util/status_error.h"
 #include "engine/tensor/tensor.h"
+#include "engine/util/status_error.h"
 #include "gtest/gtest.h"
 #include "tests/engine/cuda_test_util.h"
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/device/cuda_devices.h"
 #include "engine/device/device.h"
+#include "engine/ops/cuda_ops.h"
 #include "engine/tensor/tensor.h"
 
 namespace gradserve::testing {

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/util/status_error.h"
 #include "engine/tensor/tensor.h"
+#include "engine/util/status_error.h"
 #include "gtest/gtest.h"
 #include "tests/engine/gradcheck.h"
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "engine/tensor/memory_budget.h"
-#include "engine/util/status_error.h"
 #include "engine/tensor/tensor.h"
+#include "engine/util/status_error.h"
 #include "gtest/gtest.h"
 
 namespace gradserve {

@@ -11,11 +11,11 @@
 #include <thread>
 #include <vector>
 
-#include "engine/util/mutex.h"
 #include "engine/autograd/saved_variable.h"
 #include "engine/autograd/variable.h"
 #include "engine/kernels/basic_kernels.h"
 #include "engine/tensor/tensor.h"
+#include "engine/util/mutex.h"
 
 namespace gradserve::testing {
 

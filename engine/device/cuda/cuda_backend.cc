@@ -25,8 +25,6 @@ namespace gradserve {
 
 namespace cuda {
 
-void RegisterCudaKernels();  // engine/ops/cuda/register_kernels.cu
-
 namespace {
 
 // One registered GPU. Never freed: the backend lives for the process.
@@ -37,7 +35,7 @@ struct GpuState {
   std::string description;
 };
 
-// Set once by RegisterCudaDevices, read-only after.
+// Set once by RegisterCudaBackend, read-only after.
 std::atomic<std::vector<GpuState>*> registered_gpus{nullptr};
 std::vector<GpuState>& Gpus() { return *registered_gpus.load(std::memory_order_acquire); }
 
@@ -175,7 +173,7 @@ int CudaDeviceCount(std::string* why_none) {
   return count;
 }
 
-absl::Status RegisterCudaDevices(absl::Span<const int> physical) {
+absl::Status RegisterCudaBackend(absl::Span<const int> physical) {
   std::string why;
   const int count = CudaDeviceCount(&why);
   if (count == 0) return absl::FailedPreconditionError(why);
@@ -219,7 +217,6 @@ absl::Status RegisterCudaDevices(absl::Span<const int> physical) {
     return e.status();
   }
   cuda::registered_gpus.store(states.release(), std::memory_order_release);
-  cuda::RegisterCudaKernels();
   return DeviceRegistry::Get().Register(std::make_unique<cuda::CudaBackend>());
 }
 

@@ -23,7 +23,7 @@
 
 namespace gradserve::cuda {
 
-// The number of registered GPUs ("cuda:0" ... ), 0 before RegisterCudaDevices.
+// The number of registered GPUs ("cuda:0" ... ), 0 before RegisterCudaBackend.
 int RegisteredDeviceCount();
 // The CUDA runtime's index of "cuda:index".
 int PhysicalIndex(int index);
