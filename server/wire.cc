@@ -10,8 +10,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
-#include "engine/device/device_registry.h"
 #include "engine/device/device.h"
+#include "engine/device/device_registry.h"
 #include "engine/tensor/shape.h"
 #include "engine/util/status_error.h"
 
