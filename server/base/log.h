@@ -1,7 +1,7 @@
 // The server's one logging helper: whole lines to stderr, prefixed with the time.
 
-#ifndef GRADSERVE_SERVER_LOG_H_
-#define GRADSERVE_SERVER_LOG_H_
+#ifndef GRADSERVE_SERVER_BASE_LOG_H_
+#define GRADSERVE_SERVER_BASE_LOG_H_
 
 #include <string>
 
@@ -15,4 +15,4 @@ void LogLine(absl::string_view line);
 
 }  // namespace gradserve::server
 
-#endif  // GRADSERVE_SERVER_LOG_H_
+#endif  // GRADSERVE_SERVER_BASE_LOG_H_

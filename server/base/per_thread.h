@@ -8,8 +8,8 @@
 // null cache as "keep nothing": they free what they would have kept. The flag that says so is
 // a constant-initialized thread_local bool, which is never destroyed.
 
-#ifndef GRADSERVE_SERVER_PER_THREAD_H_
-#define GRADSERVE_SERVER_PER_THREAD_H_
+#ifndef GRADSERVE_SERVER_BASE_PER_THREAD_H_
+#define GRADSERVE_SERVER_BASE_PER_THREAD_H_
 
 namespace gradserve::server {
 
@@ -35,4 +35,4 @@ class PerThread {
 
 }  // namespace gradserve::server
 
-#endif  // GRADSERVE_SERVER_PER_THREAD_H_
+#endif  // GRADSERVE_SERVER_BASE_PER_THREAD_H_

@@ -1,4 +1,4 @@
-#include "server/devices_flag.h"
+#include "server/process/devices_flag.h"
 
 #include <algorithm>
 #include <string>

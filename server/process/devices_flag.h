@@ -1,7 +1,7 @@
 // The server's --devices flag: which devices requests may name, besides the CPU.
 
-#ifndef GRADSERVE_SERVER_DEVICES_FLAG_H_
-#define GRADSERVE_SERVER_DEVICES_FLAG_H_
+#ifndef GRADSERVE_SERVER_PROCESS_DEVICES_FLAG_H_
+#define GRADSERVE_SERVER_PROCESS_DEVICES_FLAG_H_
 
 #include <string>
 #include <vector>
@@ -37,4 +37,4 @@ absl::Status RegisterSelectedDevices(const DeviceSelection& selection,
 
 }  // namespace gradserve::server
 
-#endif  // GRADSERVE_SERVER_DEVICES_FLAG_H_
+#endif  // GRADSERVE_SERVER_PROCESS_DEVICES_FLAG_H_

@@ -18,11 +18,11 @@
 #include "engine/tensor/host_malloc.h"
 #include "engine/util/flag_arguments.h"
 #include "engine/util/process_start.h"
-#include "server/devices_flag.h"
-#include "server/grad_server.h"
-#include "server/log.h"
-#include "server/server_info.h"
-#include "server/server_options.h"
+#include "server/base/log.h"
+#include "server/process/devices_flag.h"
+#include "server/service/grad_server.h"
+#include "server/service/server_info.h"
+#include "server/service/server_options.h"
 
 namespace {
 const gradserve::server::ServerOptions kDefaults;
@@ -47,7 +47,7 @@ ABSL_FLAG(int64_t, max_inline_cost, kDefaults.max_inline_cost,
           "thread instead of queuing for a worker thread: cheaper for small requests. The cost "
           "is (leaves + ops + names) x (backward calls + 1) x the largest possible tensor's "
           "elements (at least 64) + the request's bytes, for requests of elementwise ops and "
-          "reductions on the CPU; see Note [Inline or pool] in server/dispatch.h. 0: every "
+          "reductions on the CPU; see Note [Inline or pool] in server/run/dispatch.h. 0: every "
           "request uses the workers.");
 ABSL_FLAG(std::string, log_requests, gradserve::server::LogRequestsName(kDefaults.log_requests),
           "Which grad requests get a line on stderr (id, status, duration, sizes): all, errors "
@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
   // and would list none.
   absl::FlagsUsageConfig usage;
   usage.contains_help_flags = [](absl::string_view path) {
-    return absl::EndsWith(path, "server/main.cc");
+    return absl::EndsWith(path, "server/process/main.cc");
   };
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);

@@ -1,4 +1,4 @@
-#include "server/dispatch.h"
+#include "server/run/dispatch.h"
 
 #include <algorithm>
 

@@ -38,8 +38,8 @@
 // cannot interrupt inline work (bounded by the cost above); the deadline does, through the
 // token. Streamed requests are large by nature and always use the pool.
 
-#ifndef GRADSERVE_SERVER_DISPATCH_H_
-#define GRADSERVE_SERVER_DISPATCH_H_
+#ifndef GRADSERVE_SERVER_RUN_DISPATCH_H_
+#define GRADSERVE_SERVER_RUN_DISPATCH_H_
 
 #include <cstdint>
 
@@ -65,4 +65,4 @@ bool RunsInline(const v1::GradRequest& request, int64_t request_bytes, int64_t m
 
 }  // namespace gradserve::server
 
-#endif  // GRADSERVE_SERVER_DISPATCH_H_
+#endif  // GRADSERVE_SERVER_RUN_DISPATCH_H_

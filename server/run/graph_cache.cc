@@ -1,6 +1,6 @@
 // GraphLease and the per-thread cache behind it (graph_cache.h).
 
-#include "server/graph_cache.h"
+#include "server/run/graph_cache.h"
 
 #include <atomic>
 #include <string>
@@ -8,8 +8,8 @@
 #include <variant>
 #include <vector>
 
-#include "server/per_thread.h"
-#include "server/wire.h"
+#include "server/base/per_thread.h"
+#include "server/wire/wire.h"
 
 namespace gradserve::server {
 namespace {

@@ -7,7 +7,7 @@
 // wire (every op's names and attributes) and checking it (graph::Validate) were about a tenth of
 // what the server spends on the whole request (docs/benchmarks.md). So each thread that runs
 // requests keeps the last small graph it validated, with the value slots Validate returned for
-// it. A request whose graph has its structure (SameStructure in server/wire.h: the same leaf
+// it. A request whose graph has its structure (SameStructure in server/wire/wire.h: the same leaf
 // names and flags, the same ops with the same names, attributes and flags) takes it: only the
 // leaves' values are built from the wire, into it, and checked (ValidateLeafValues), and it is
 // recorded with the kept slots (RecordedGraph::RecordValidated). Everything Validate's verdict
@@ -17,7 +17,7 @@
 //
 // The ops are most of that comparison (about 2.5k of the 3k instructions of a ten-op graph),
 // and a client that repeats a graph repeats its ops' bytes (Note [Ops parsed once] in
-// server/unary_messages.h). So the cache also keeps the op records of the request the kept
+// server/wire/unary_messages.h). So the cache also keeps the op records of the request the kept
 // graph was last taken by, when the request's parse knew them: records whose parse is the
 // kept graph's ops, or ops SameStructure found equal to them. A request whose op records are
 // byte for byte those is compared on the rest alone (inputs, outputs, leaf names and flags,
@@ -35,8 +35,8 @@
 // a request that is split (UnaryMessages::kMaxReusedBytes). Its leaves' values are dropped
 // before it is kept, so no client data outlives its request.
 
-#ifndef GRADSERVE_SERVER_GRAPH_CACHE_H_
-#define GRADSERVE_SERVER_GRAPH_CACHE_H_
+#ifndef GRADSERVE_SERVER_RUN_GRAPH_CACHE_H_
+#define GRADSERVE_SERVER_RUN_GRAPH_CACHE_H_
 
 #include <cstdint>
 #include <memory>
@@ -100,4 +100,4 @@ class GraphLease {
 
 }  // namespace gradserve::server
 
-#endif  // GRADSERVE_SERVER_GRAPH_CACHE_H_
+#endif  // GRADSERVE_SERVER_RUN_GRAPH_CACHE_H_

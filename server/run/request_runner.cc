@@ -1,4 +1,4 @@
-#include "server/request_runner.h"
+#include "server/run/request_runner.h"
 
 #include <exception>
 #include <new>
@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engine/tensor/status_error.h"
-#include "server/graph_cache.h"
-#include "server/wire.h"
+#include "server/run/graph_cache.h"
+#include "server/wire/wire.h"
 
 namespace gradserve::server {
 namespace {

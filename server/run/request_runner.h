@@ -20,8 +20,8 @@
 // the call's messages: leaf tensors own their bytes (copied from a unary request, or adopting
 // a streamed request's chunks), so the reactor may be gone by the time it is destroyed.
 
-#ifndef GRADSERVE_SERVER_REQUEST_RUNNER_H_
-#define GRADSERVE_SERVER_REQUEST_RUNNER_H_
+#ifndef GRADSERVE_SERVER_RUN_REQUEST_RUNNER_H_
+#define GRADSERVE_SERVER_RUN_REQUEST_RUNNER_H_
 
 #include <memory>
 #include <optional>
@@ -32,8 +32,8 @@
 #include "engine/autograd/cancellation.h"
 #include "engine/graph/interpreter.h"
 #include "gradserve/v1/gradserve.pb.h"
-#include "server/chunked_request.h"
-#include "server/graph_cache.h"
+#include "server/run/graph_cache.h"
+#include "server/wire/chunked_request.h"
 
 namespace gradserve::server {
 
@@ -81,4 +81,4 @@ class RequestRunner {
 
 }  // namespace gradserve::server
 
-#endif  // GRADSERVE_SERVER_REQUEST_RUNNER_H_
+#endif  // GRADSERVE_SERVER_RUN_REQUEST_RUNNER_H_

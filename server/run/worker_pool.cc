@@ -1,4 +1,4 @@
-#include "server/worker_pool.h"
+#include "server/run/worker_pool.h"
 
 #include <utility>
 

@@ -2,8 +2,8 @@
 // calls), so that no gRPC thread ever waits on the Engine. Each plays the part of PyTorch's
 // calling thread for the GraphTasks it starts.
 
-#ifndef GRADSERVE_SERVER_WORKER_POOL_H_
-#define GRADSERVE_SERVER_WORKER_POOL_H_
+#ifndef GRADSERVE_SERVER_RUN_WORKER_POOL_H_
+#define GRADSERVE_SERVER_RUN_WORKER_POOL_H_
 
 #include <deque>
 #include <functional>
@@ -46,4 +46,4 @@ class WorkerPool {
 
 }  // namespace gradserve::server
 
-#endif  // GRADSERVE_SERVER_WORKER_POOL_H_
+#endif  // GRADSERVE_SERVER_RUN_WORKER_POOL_H_

@@ -1,4 +1,4 @@
-#include "server/grad_server.h"
+#include "server/service/grad_server.h"
 
 #include <chrono>
 #include <utility>

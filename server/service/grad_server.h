@@ -1,16 +1,16 @@
 // GradServer: the gRPC server around GradService, with the standard health service
 // (grpc.health.v1) and server reflection, and a graceful shutdown.
 
-#ifndef GRADSERVE_SERVER_GRAD_SERVER_H_
-#define GRADSERVE_SERVER_GRAD_SERVER_H_
+#ifndef GRADSERVE_SERVER_SERVICE_GRAD_SERVER_H_
+#define GRADSERVE_SERVER_SERVICE_GRAD_SERVER_H_
 
 #include <memory>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
-#include "server/grad_service.h"
-#include "server/server_options.h"
+#include "server/service/grad_service.h"
+#include "server/service/server_options.h"
 
 namespace gradserve::server {
 
@@ -43,4 +43,4 @@ class GradServer {
 
 }  // namespace gradserve::server
 
-#endif  // GRADSERVE_SERVER_GRAD_SERVER_H_
+#endif  // GRADSERVE_SERVER_SERVICE_GRAD_SERVER_H_

@@ -1,4 +1,4 @@
-#include "server/grad_service.h"
+#include "server/service/grad_service.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,12 +8,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "proto/chunking.h"
-#include "server/chunk_message.h"
-#include "server/dispatch.h"
-#include "server/grpc_status.h"
-#include "server/log.h"
-#include "server/request_runner.h"
-#include "server/server_info.h"
+#include "server/base/log.h"
+#include "server/run/dispatch.h"
+#include "server/run/request_runner.h"
+#include "server/service/grpc_status.h"
+#include "server/service/server_info.h"
+#include "server/wire/chunk_message.h"
 
 namespace gradserve::server {
 namespace {

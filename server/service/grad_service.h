@@ -3,22 +3,22 @@
 // Note [Request flow]
 // Each call is admitted first (at most max_in_flight grad calls at once, otherwise
 // RESOURCE_EXHAUSTED at once; UNAVAILABLE while draining). A unary call whose estimated work
-// is small (Note [Inline or pool] in server/dispatch.h) then runs inline on gRPC's callback
+// is small (Note [Inline or pool] in server/run/dispatch.h) then runs inline on gRPC's callback
 // thread, as Ping does, and finishes gRPC's default reactor before the handler returns. Any
 // other call gets a small reactor that owns itself (deleted in OnDone) and is handed to the
 // WorkerPool of engine CPU workers; the gRPC thread returns at once and never waits on the
 // Engine. Either way, the same code (GradService::Run) runs the request (a RequestRunner) and does
 // the bookkeeping (counters, the log line, releasing admission); on the pool, finishing the
 // reactor is the last thing the worker touches of the call, and what the request made is freed
-// after that (Note [Teardown after the reply] in server/request_runner.h). The client's deadline
-// reaches the work through a CancellationToken built with the call's deadline; on the pool,
-// OnCancel cancels it too (gRPC delivers OnCancel only after the handler returned, so not to inline
-// work). The streaming variant collects the chunks of the serialized request (at most
+// after that (Note [Teardown after the reply] in server/run/request_runner.h). The client's
+// deadline reaches the work through a CancellationToken built with the call's deadline; on the
+// pool, OnCancel cancels it too (gRPC delivers OnCancel only after the handler returned, so not to
+// inline work). The streaming variant collects the chunks of the serialized request (at most
 // max_request_bytes), runs it on the pool, then streams the serialized response back in
 // chunks of chunk_bytes.
 
-#ifndef GRADSERVE_SERVER_GRAD_SERVICE_H_
-#define GRADSERVE_SERVER_GRAD_SERVICE_H_
+#ifndef GRADSERVE_SERVER_SERVICE_GRAD_SERVICE_H_
+#define GRADSERVE_SERVER_SERVICE_GRAD_SERVICE_H_
 
 #include <atomic>
 #include <cstdint>
@@ -31,11 +31,11 @@
 #include "engine/autograd/cancellation.h"
 #include "engine/util/mutex.h"
 #include "gradserve/v1/gradserve.grpc.pb.h"
-#include "server/chunked_request.h"
-#include "server/request_runner.h"
-#include "server/server_options.h"
-#include "server/unary_messages.h"
-#include "server/worker_pool.h"
+#include "server/run/request_runner.h"
+#include "server/run/worker_pool.h"
+#include "server/service/server_options.h"
+#include "server/wire/chunked_request.h"
+#include "server/wire/unary_messages.h"
 
 namespace gradserve::server {
 
@@ -46,7 +46,7 @@ namespace gradserve::server {
 //
 // ComputeGradients is a raw method: it parses its request and serializes its response itself
 // (Note [Unary messages reused]); so is ComputeGradientsStream, for its chunks (Note [Chunks
-// sent without a copy] in server/chunk_message.h).
+// sent without a copy] in server/wire/chunk_message.h).
 // (The raw stream's handler has the typed one's parameters, so the typed mixin of
 // CallbackService cannot be below it: the service is built from the four mixins it uses.)
 class GradService final
@@ -156,4 +156,4 @@ class GradService final
 
 }  // namespace gradserve::server
 
-#endif  // GRADSERVE_SERVER_GRAD_SERVICE_H_
+#endif  // GRADSERVE_SERVER_SERVICE_GRAD_SERVICE_H_

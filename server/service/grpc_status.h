@@ -1,7 +1,7 @@
 // absl::Status to grpc::Status (DESIGN.md section 5).
 
-#ifndef GRADSERVE_SERVER_GRPC_STATUS_H_
-#define GRADSERVE_SERVER_GRPC_STATUS_H_
+#ifndef GRADSERVE_SERVER_SERVICE_GRPC_STATUS_H_
+#define GRADSERVE_SERVER_SERVICE_GRPC_STATUS_H_
 
 #include "absl/status/status.h"
 #include "grpcpp/support/status.h"
@@ -14,4 +14,4 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 
 }  // namespace gradserve::server
 
-#endif  // GRADSERVE_SERVER_GRPC_STATUS_H_
+#endif  // GRADSERVE_SERVER_SERVICE_GRPC_STATUS_H_

@@ -1,11 +1,11 @@
-#include "server/server_info.h"
+#include "server/service/server_info.h"
 
 #include <string>
 #include <vector>
 
 #include "engine/device/device_registry.h"
 #include "engine/ops/op_registry.h"
-#include "server/wire.h"
+#include "server/wire/wire.h"
 
 #ifndef GRADSERVE_VERSION
 #define GRADSERVE_VERSION "unknown"

@@ -1,10 +1,10 @@
 // The static part of the ServerInfo message: version, limits, devices and ops.
 
-#ifndef GRADSERVE_SERVER_SERVER_INFO_H_
-#define GRADSERVE_SERVER_SERVER_INFO_H_
+#ifndef GRADSERVE_SERVER_SERVICE_SERVER_INFO_H_
+#define GRADSERVE_SERVER_SERVICE_SERVER_INFO_H_
 
 #include "gradserve/v1/gradserve.pb.h"
-#include "server/server_options.h"
+#include "server/service/server_options.h"
 
 namespace gradserve::server {
 
@@ -18,4 +18,4 @@ v1::ServerInfo DescribeServer(const ServerOptions& options);
 
 }  // namespace gradserve::server
 
-#endif  // GRADSERVE_SERVER_SERVER_INFO_H_
+#endif  // GRADSERVE_SERVER_SERVICE_SERVER_INFO_H_

@@ -1,4 +1,4 @@
-#include "server/server_options.h"
+#include "server/service/server_options.h"
 
 #include "absl/strings/str_cat.h"
 

@@ -1,7 +1,7 @@
-// Everything a GradServer is configured with; main.cc fills it from flags.
+// Everything a GradServer is configured with; server/process/main.cc fills it from flags.
 
-#ifndef GRADSERVE_SERVER_SERVER_OPTIONS_H_
-#define GRADSERVE_SERVER_SERVER_OPTIONS_H_
+#ifndef GRADSERVE_SERVER_SERVICE_SERVER_OPTIONS_H_
+#define GRADSERVE_SERVER_SERVICE_SERVER_OPTIONS_H_
 
 #include <cstdint>
 #include <functional>
@@ -29,7 +29,7 @@ struct ServerOptions {
   int64_t max_in_flight = 32;
   // Unary grad requests whose estimated cost is at most this run inline on gRPC's thread
   // instead of queuing for a worker; 0: every request goes to the workers. See Note [Inline
-  // or pool] in server/dispatch.h for the estimate. The default is a fraction of a millisecond
+  // or pool] in server/run/dispatch.h for the estimate. The default is a fraction of a millisecond
   // of CPU.
   int64_t max_inline_cost = 16384;
   // Which grad requests get a log line on stderr: all of them, only failed and refused ones,
@@ -56,4 +56,4 @@ absl::Status CheckOptions(const ServerOptions& options);
 
 }  // namespace gradserve::server
 
-#endif  // GRADSERVE_SERVER_SERVER_OPTIONS_H_
+#endif  // GRADSERVE_SERVER_SERVICE_SERVER_OPTIONS_H_

@@ -1,13 +1,13 @@
 // Chunks written without copying their data (chunk_message.h).
 
-#include "server/chunk_message.h"
+#include "server/wire/chunk_message.h"
 
 #include <utility>
 
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/slice.h"
 #include "proto/chunking.h"
-#include "server/wire_format.h"
+#include "server/wire/wire_format.h"
 
 namespace gradserve::server {
 namespace {

@@ -17,8 +17,8 @@
 //
 // Thread safety: stateless functions. A slice's release may run on any gRPC thread.
 
-#ifndef GRADSERVE_SERVER_CHUNK_MESSAGE_H_
-#define GRADSERVE_SERVER_CHUNK_MESSAGE_H_
+#ifndef GRADSERVE_SERVER_WIRE_CHUNK_MESSAGE_H_
+#define GRADSERVE_SERVER_WIRE_CHUNK_MESSAGE_H_
 
 #include <cstdint>
 #include <string>
@@ -36,4 +36,4 @@ bool ParseChunk(grpc::ByteBuffer* bytes, v1::Chunk* chunk);
 
 }  // namespace gradserve::server
 
-#endif  // GRADSERVE_SERVER_CHUNK_MESSAGE_H_
+#endif  // GRADSERVE_SERVER_WIRE_CHUNK_MESSAGE_H_

@@ -1,4 +1,4 @@
-#include "server/chunked_request.h"
+#include "server/wire/chunked_request.h"
 
 #include <algorithm>
 #include <cstring>
@@ -11,8 +11,8 @@
 #include "google/protobuf/unknown_field_set.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "proto/chunking.h"
-#include "server/wire.h"
-#include "server/wire_format.h"
+#include "server/wire/wire.h"
+#include "server/wire/wire_format.h"
 
 namespace gradserve::server {
 namespace {

@@ -30,8 +30,8 @@
 // copied once, straight from the engine tensor into the chunk strings (appended, so never
 // zero-filled first). Lengths of enclosing messages are computed in a first pass.
 
-#ifndef GRADSERVE_SERVER_CHUNKED_REQUEST_H_
-#define GRADSERVE_SERVER_CHUNKED_REQUEST_H_
+#ifndef GRADSERVE_SERVER_WIRE_CHUNKED_REQUEST_H_
+#define GRADSERVE_SERVER_WIRE_CHUNKED_REQUEST_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -120,4 +120,4 @@ class ChunkedResponse {
 
 }  // namespace gradserve::server
 
-#endif  // GRADSERVE_SERVER_CHUNKED_REQUEST_H_
+#endif  // GRADSERVE_SERVER_WIRE_CHUNKED_REQUEST_H_

@@ -1,4 +1,4 @@
-#include "server/unary_messages.h"
+#include "server/wire/unary_messages.h"
 
 #include <climits>
 #include <cstdint>
@@ -11,9 +11,9 @@
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/slice.h"
-#include "server/per_thread.h"
-#include "server/wire.h"
-#include "server/wire_format.h"
+#include "server/base/per_thread.h"
+#include "server/wire/wire.h"
+#include "server/wire/wire_format.h"
 
 namespace gradserve::server {
 namespace {

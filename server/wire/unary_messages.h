@@ -34,8 +34,8 @@
 // value names, attributes), as the graph cache keeps it (Note [Reusing a validated graph]);
 // they are read by no other request unless it sends the same bytes.
 
-#ifndef GRADSERVE_SERVER_UNARY_MESSAGES_H_
-#define GRADSERVE_SERVER_UNARY_MESSAGES_H_
+#ifndef GRADSERVE_SERVER_WIRE_UNARY_MESSAGES_H_
+#define GRADSERVE_SERVER_WIRE_UNARY_MESSAGES_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -121,4 +121,4 @@ class UnaryMessages {
 
 }  // namespace gradserve::server
 
-#endif  // GRADSERVE_SERVER_UNARY_MESSAGES_H_
+#endif  // GRADSERVE_SERVER_WIRE_UNARY_MESSAGES_H_

@@ -1,4 +1,4 @@
-#include "server/wire.h"
+#include "server/wire/wire.h"
 
 #include <bit>
 #include <cstring>

@@ -9,8 +9,8 @@
 // allocate more than the limits allow. Ops, names and attributes are the interpreter's to
 // check (graph::Validate, run by RecordedGraph::Record).
 
-#ifndef GRADSERVE_SERVER_WIRE_H_
-#define GRADSERVE_SERVER_WIRE_H_
+#ifndef GRADSERVE_SERVER_WIRE_WIRE_H_
+#define GRADSERVE_SERVER_WIRE_WIRE_H_
 
 #include <memory>
 #include <string>
@@ -22,7 +22,7 @@
 #include "engine/graph/interpreter.h"
 #include "engine/tensor/tensor.h"
 #include "gradserve/v1/gradserve.pb.h"
-#include "server/chunked_request.h"
+#include "server/wire/chunked_request.h"
 
 namespace gradserve::server {
 
@@ -38,7 +38,7 @@ struct EngineRequest {
 // adopt them. same_structure, if not null, is a graph without checkpoint bodies for which
 // SameStructure(request.graph(), *same_structure) holds, and which nothing else uses: its
 // leaves take the request's values and it becomes the result's graph, instead of a new one
-// (Note [Reusing a validated graph] in server/graph_cache.h). Errors: INVALID_ARGUMENT for
+// (Note [Reusing a validated graph] in server/run/graph_cache.h). Errors: INVALID_ARGUMENT for
 // malformed content, RESOURCE_EXHAUSTED past a limit; each message names the leaf, op, call or
 // seed and the field involved.
 absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const graph::Limits& limits,
@@ -51,7 +51,7 @@ absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const gr
 // verdict on built holds for that graph, but for its leaves' values (ValidateLeafValues).
 // compare_ops false skips the comparison of the ops (their count still counts): for a caller
 // that knows wire's ops to be the very ones built was made from, or ones equal to them
-// (Note [Reusing a validated graph] in server/graph_cache.h).
+// (Note [Reusing a validated graph] in server/run/graph_cache.h).
 bool SameStructure(const v1::Graph& wire, const graph::Graph& built, bool compare_ops = true);
 
 // Copies a tensor (any device, any layout) into a wire tensor with raw bytes. An undefined
@@ -71,4 +71,4 @@ v1::DType ToProto(DType dtype);
 
 }  // namespace gradserve::server
 
-#endif  // GRADSERVE_SERVER_WIRE_H_
+#endif  // GRADSERVE_SERVER_WIRE_WIRE_H_

@@ -1,13 +1,14 @@
 // protobuf's varint where the server works on a request's bytes rather than on parsed
-// messages: the chunked stream (server/chunked_request.cc), the unary request's split
-// (Note [Ops parsed once], server/unary_messages.cc) and the framing of the chunks it writes
-// (Note [Chunks sent without a copy], server/chunk_message.cc). Written with protobuf's encoder; read by
-// hand, since the chunked reader's bytes span chunks, which protobuf's readers do not take.
+// messages: the chunked stream (server/wire/chunked_request.cc), the unary request's split
+// (Note [Ops parsed once], server/wire/unary_messages.cc) and the framing of the chunks it
+// writes (Note [Chunks sent without a copy], server/wire/chunk_message.cc). Written with
+// protobuf's encoder; read by hand, since the chunked reader's bytes span chunks, which
+// protobuf's readers do not take.
 //
 // Thread safety: stateless functions.
 
-#ifndef GRADSERVE_SERVER_WIRE_FORMAT_H_
-#define GRADSERVE_SERVER_WIRE_FORMAT_H_
+#ifndef GRADSERVE_SERVER_WIRE_WIRE_FORMAT_H_
+#define GRADSERVE_SERVER_WIRE_WIRE_FORMAT_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -43,4 +44,4 @@ bool GetVarint(More&& more, NextByte&& next_byte, uint64_t* v) {
 
 }  // namespace gradserve::server
 
-#endif  // GRADSERVE_SERVER_WIRE_FORMAT_H_
+#endif  // GRADSERVE_SERVER_WIRE_WIRE_FORMAT_H_

@@ -1,8 +1,8 @@
-// Note [Chunks sent without a copy] (server/chunk_message.h): a chunk written by hand is byte for
-// byte what protobuf writes, and parses back; bytes that are no Chunk are refused, on the wire
-// as INVALID_ARGUMENT naming the chunk.
+// Note [Chunks sent without a copy] (server/wire/chunk_message.h): a chunk written by hand is
+// byte for byte what protobuf writes, and parses back; bytes that are no Chunk are refused, on
+// the wire as INVALID_ARGUMENT naming the chunk.
 
-#include "server/chunk_message.h"
+#include "server/wire/chunk_message.h"
 
 #include <string>
 #include <vector>

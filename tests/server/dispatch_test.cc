@@ -1,7 +1,7 @@
 // Note [Inline or pool]: which requests run inline on gRPC's thread, and that admission,
 // deadlines, cancellation, bad input and counters work the same for them.
 
-#include "server/dispatch.h"
+#include "server/run/dispatch.h"
 
 #include <string>
 #include <thread>

@@ -10,7 +10,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "gtest/gtest.h"
-#include "server/wire.h"
+#include "server/wire/wire.h"
 #include "tests/server/test_util.h"
 
 namespace gradserve::testing {

@@ -3,7 +3,7 @@
 // SameStructure holds under the same limits, and a reused graph gives the results and errors a
 // new one gives.
 
-#include "server/graph_cache.h"
+#include "server/run/graph_cache.h"
 
 #include <functional>
 #include <string>
@@ -12,7 +12,7 @@
 #include "client/gradserve_client.h"
 #include "google/protobuf/descriptor.h"
 #include "gtest/gtest.h"
-#include "server/wire.h"
+#include "server/wire/wire.h"
 
 namespace gradserve::server {
 namespace {
@@ -310,7 +310,7 @@ TEST(SameStructureTest, EveryFieldButLeafValuesCounts) {
   }
 }
 
-// A field added to these messages must be compared by SameStructure (server/wire.cc) unless it
+// A field added to these messages must be compared by SameStructure (server/wire/wire.cc) unless it
 // is a leaf's value, and this count then updated.
 TEST(SameStructureTest, KnowsEveryFieldOfTheGraphMessages) {
   EXPECT_EQ(v1::Graph::descriptor()->field_count(), 4);

@@ -1,8 +1,8 @@
-// PerThread<T> (server/per_thread.h): each thread gets its own T, and a thread's last
+// PerThread<T> (server/base/per_thread.h): each thread gets its own T, and a thread's last
 // thread_local destructors see a null cache instead of a destroyed one
 // (Note [Per-thread caches at thread exit]).
 
-#include "server/per_thread.h"
+#include "server/base/per_thread.h"
 
 #include <thread>
 

@@ -2,7 +2,7 @@
 // stays alive until the RequestRunner is destroyed: only then does the thread keep its graph (Note
 // [Reusing a validated graph]), and nothing it holds needs the call's messages any more.
 
-#include "server/request_runner.h"
+#include "server/run/request_runner.h"
 
 #include <memory>
 #include <string>

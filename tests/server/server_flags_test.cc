@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "engine/device/cuda_devices.h"
 #include "gtest/gtest.h"
-#include "server/devices_flag.h"
-#include "server/server_options.h"
+#include "server/process/devices_flag.h"
+#include "server/service/server_options.h"
 #include "tests/server/test_util.h"
 
 namespace gradserve::testing {

@@ -11,8 +11,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/chunking.h"
-#include "server/chunked_request.h"
-#include "server/wire.h"
+#include "server/wire/chunked_request.h"
+#include "server/wire/wire.h"
 #include "tests/server/test_util.h"
 
 namespace gradserve::testing {

@@ -1,7 +1,7 @@
 // Note [Unary messages reused]: a holder the thread used before reads each request as a fresh
 // parse would, whatever the request before it held.
 
-#include "server/unary_messages.h"
+#include "server/wire/unary_messages.h"
 
 #include <random>
 #include <string>
