@@ -11,7 +11,7 @@
 #include "google/protobuf/unknown_field_set.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "proto/chunking.h"
-#include "server/wire/wire.h"
+#include "server/wire/malformed_request.h"
 #include "server/wire/wire_format.h"
 
 namespace gradserve::server {

@@ -12,7 +12,7 @@
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/slice.h"
 #include "server/base/per_thread.h"
-#include "server/wire/wire.h"
+#include "server/wire/malformed_request.h"
 #include "server/wire/wire_format.h"
 
 namespace gradserve::server {

@@ -538,11 +538,4 @@ void ToProto(const Tensor& tensor, v1::Tensor* out, ChunkedResponse* deferred) {
   out->mutable_data()->assign(static_cast<const char*>(host.raw_data()), host.nbytes());
 }
 
-absl::Status MalformedRequest(int64_t bytes, bool streamed, absl::string_view detail) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("malformed request: the ", bytes, streamed ? " streamed" : "",
-                   " bytes do not parse as a gradserve.v1.GradRequest",
-                   detail.empty() ? "" : absl::StrCat(" (", detail, ")")));
-}
-
 }  // namespace gradserve::server

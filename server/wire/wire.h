@@ -60,10 +60,6 @@ bool SameStructure(const v1::Graph& wire, const graph::Graph& built, bool compar
 // (Note [Tensor bytes left in the chunks]). Throws StatusError if the device copy fails.
 void ToProto(const Tensor& tensor, v1::Tensor* out, ChunkedResponse* deferred = nullptr);
 
-// INVALID_ARGUMENT for `bytes` bytes (streamed: sent in chunks) that do not parse as a
-// gradserve.v1.GradRequest; `detail`, if not empty, says what is wrong where.
-absl::Status MalformedRequest(int64_t bytes, bool streamed, absl::string_view detail = "");
-
 // Conversions between the two dtype enums; FromProto's is nullopt for values outside
 // float32, float64, int64 and bool.
 std::optional<DType> FromProto(v1::DType dtype);
