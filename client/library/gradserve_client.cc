@@ -1,4 +1,4 @@
-#include "client/gradserve_client.h"
+#include "client/library/gradserve_client.h"
 
 #include <algorithm>
 #include <bit>

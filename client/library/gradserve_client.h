@@ -11,8 +11,8 @@
 //   absl::StatusOr<GradResult> r = client->Grad(b.request());
 //   // r->calls[0].gradients[0].value->ToDoubles() == {2, 4, 6}
 
-#ifndef GRADSERVE_CLIENT_GRADSERVE_CLIENT_H_
-#define GRADSERVE_CLIENT_GRADSERVE_CLIENT_H_
+#ifndef GRADSERVE_CLIENT_LIBRARY_GRADSERVE_CLIENT_H_
+#define GRADSERVE_CLIENT_LIBRARY_GRADSERVE_CLIENT_H_
 
 #include <cstdint>
 #include <map>
@@ -198,4 +198,4 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 
 }  // namespace gradserve::client
 
-#endif  // GRADSERVE_CLIENT_GRADSERVE_CLIENT_H_
+#endif  // GRADSERVE_CLIENT_LIBRARY_GRADSERVE_CLIENT_H_

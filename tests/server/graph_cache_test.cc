@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "client/gradserve_client.h"
+#include "client/library/gradserve_client.h"
 #include "google/protobuf/descriptor.h"
 #include "gtest/gtest.h"
 #include "server/wire/wire.h"

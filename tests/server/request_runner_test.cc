@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "client/gradserve_client.h"
+#include "client/library/gradserve_client.h"
 #include "gtest/gtest.h"
 
 namespace gradserve::server {

@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "client/gradserve_client.h"
+#include "client/library/gradserve_client.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/support/status.h"
 #include "server/service/grad_server.h"
