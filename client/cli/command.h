@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "client/gradserve_client.h"
+#include "client/library/gradserve_client.h"
 
 namespace gradserve::cli {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/gradserve_client.h"
+#include "client/library/gradserve_client.h"
 
 namespace gradserve::load {
 

@@ -5,7 +5,7 @@
 //  - The owner: the thread that calls execute(). It owns the GraphTask and runs its CPU Nodes
 //    from the GraphTask's CPU ReadyQueue until the pass is over. In the server, the request
 //    workers play this part, and gRPC's own thread for the small requests it runs inline
-//    (Note [Inline or pool] in server/dispatch.h).
+//    (Note [Inline or pool] in server/run/dispatch.h).
 //  - One worker thread per accelerator device, started the first time a pass needs that
 //    device, serving every GraphTask's Nodes on it from the device's ReadyQueue. When such a
 //    thread finishes a pass, it pushes an empty task to the owner's queue to wake it up.

@@ -44,7 +44,7 @@ absl::StatusOr<std::unique_ptr<const ValueSlots>> Validate(const Graph& graph,
 // a tensor, a floating dtype where it requires grad, and its elements and all leaves' bytes
 // within limits. Errors are Validate's. Validate runs them too; they are all of it that a
 // graph whose leaves alone changed needs again (Note [Reusing a validated graph] in
-// server/graph_cache.h).
+// server/run/graph_cache.h).
 absl::Status ValidateLeafValues(const Graph& graph, const Limits& limits);
 
 // A graph run forward in grad mode, holding its autograd graph.
@@ -69,7 +69,7 @@ class RecordedGraph {
   // leaves' values alone may have been replaced since: checks only those (ValidateLeafValues),
   // then runs the forward pass as Record does. Giving slots of another graph, or limits other
   // than those Validate passed it with, is a programming error (Note [Reusing a validated
-  // graph] in server/graph_cache.h).
+  // graph] in server/run/graph_cache.h).
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordValidated(
       std::shared_ptr<const Graph> graph, std::shared_ptr<const ValueSlots> slots,
       const Limits& limits, std::shared_ptr<autograd::CancellationToken> cancel = nullptr);

@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "server/grad_server.h"
-#include "server/server_options.h"
+#include "server/service/grad_server.h"
+#include "server/service/server_options.h"
 
 namespace gradserve::testing {
 

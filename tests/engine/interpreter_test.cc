@@ -326,7 +326,7 @@ TEST(InterpreterTest, ValidateAloneRejectsWithoutRunning) {
       Validate(Base().Leaf("v", F64({1, 2})).Op("add", {"x", "v"}, {"s"}).Build(), {}).ok());
 }
 
-// Note [Reusing a validated graph] (server/graph_cache.h): once Validate passed a graph, new
+// Note [Reusing a validated graph] (server/run/graph_cache.h): once Validate passed a graph, new
 // leaf values need only ValidateLeafValues, whose errors are Validate's, bodies' leaves
 // included; RecordValidated then records with the slots Validate gave.
 TEST(InterpreterTest, LeafValuesAloneCheckedAgainAsValidateChecksThem) {

@@ -13,11 +13,11 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "client/gradserve_client.h"
+#include "client/library/gradserve_client.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/support/status.h"
-#include "server/grad_server.h"
-#include "server/server_options.h"
+#include "server/service/grad_server.h"
+#include "server/service/server_options.h"
 
 namespace gradserve::testing {
 

@@ -1,0 +1,85 @@
+#include "server/run/dispatch.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/string_view.h"
+
+namespace gradserve::server {
+namespace {
+
+// Note [Inline or pool]: ops whose outputs are no larger than the broadcast of their inputs.
+bool IsInlineOp(const std::string& name) {
+  static const auto* const kInlineOps = new absl::flat_hash_set<absl::string_view>{
+      // elementwise, broadcasting
+      "add", "sub", "mul", "div", "pow", "where", "neg", "abs", "sign", "exp", "log", "sqrt",
+      "rsqrt", "sin", "cos", "tanh", "sigmoid", "relu", "gelu", "softplus", "clamp",
+      // reductions
+      "sum", "mean", "amax",
+      // graph-level, no larger than their input
+      "detach", "hook"};
+  return kInlineOps->contains(absl::string_view(name));
+}
+
+// a * b, or kUnboundedCost if that is larger than kUnboundedCost. a, b >= 0.
+int64_t CappedMul(int64_t a, int64_t b) {
+  if (a != 0 && b > kUnboundedCost / a) return kUnboundedCost;
+  return a * b;
+}
+
+// The largest extent and rank of the tensors seen so far; false once one is not on the CPU
+// or has a negative size.
+struct ShapeBound {
+  int64_t extent = 1;
+  int64_t rank = 0;
+
+  bool Add(const v1::Tensor& t) {
+    if (!t.device().empty() && t.device() != "cpu") return false;
+    for (int64_t size : t.shape()) {
+      if (size < 0) return false;
+      extent = std::max(extent, size);
+    }
+    rank = std::max<int64_t>(rank, t.shape_size());
+    return true;
+  }
+
+  int64_t elements() const {
+    int64_t n = 1;
+    for (int64_t i = 0; i < rank; ++i) n = CappedMul(n, extent);
+    return n;
+  }
+};
+
+}  // namespace
+
+int64_t EstimateInlineCost(const v1::GradRequest& request, int64_t request_bytes) {
+  if (request_bytes < 0) return kUnboundedCost;
+  const v1::Graph& graph = request.graph();
+  ShapeBound bound;
+  int64_t items = graph.leaves_size() + graph.ops_size() + request.return_values_size();
+  for (const v1::Leaf& leaf : graph.leaves()) {
+    if (!bound.Add(leaf.value())) return kUnboundedCost;
+  }
+  for (const v1::Op& op : graph.ops()) {
+    if (!IsInlineOp(op.op()) || op.has_body()) return kUnboundedCost;
+  }
+  for (const v1::BackwardCall& call : request.calls()) {
+    if (call.create_graph()) return kUnboundedCost;
+    items += call.roots_size() + call.inputs_size() + static_cast<int64_t>(call.seeds_size());
+    for (const auto& [name, seed] : call.seeds()) {
+      if (!bound.Add(seed)) return kUnboundedCost;
+    }
+  }
+  const int64_t passes = 1 + request.calls_size();
+  const int64_t work =
+      CappedMul(CappedMul(items, passes), std::max(kMinElementsPerItem, bound.elements()));
+  return work > kUnboundedCost - request_bytes ? kUnboundedCost : work + request_bytes;
+}
+
+bool RunsInline(const v1::GradRequest& request, int64_t request_bytes, int64_t max_inline_cost) {
+  if (max_inline_cost <= 0) return false;
+  const int64_t cost = EstimateInlineCost(request, request_bytes);
+  return cost != kUnboundedCost && cost <= max_inline_cost;
+}
+
+}  // namespace gradserve::server

@@ -1,0 +1,84 @@
+// Runs one GradRequest on the engine: converts it, records the graph, runs its backward calls
+// and fills the response. The service runs it on gRPC's thread (inline) or on an engine worker.
+//
+// Note [Teardown after the reply]
+// Once the response is filled, what the request made is garbage: the recorded graph with its
+// tensors and Nodes, and the graph the thread may keep for its next request (Note [Reusing a
+// validated graph]). Freeing it takes a few thousand instructions for a small request (6.9k of
+// a grad_tiny call's 157k on the server) and, for a big one, giving back the memory of every
+// large tensor. None of it needs to happen before the client has its answer, so a RequestRunner
+// holds it and the service destroys the RequestRunner after handing the response to gRPC. On the
+// worker pool that takes it off the latency path: Finish (or a streamed call's first StartWrite)
+// called on a worker sends the bytes before it returns (measured: a 1 ms sleep after job.done, with
+// workers to spare, left the p50 where it was), and the worker frees the rest while they
+// travel. Inline it does not: gRPC sends an inline call's response only once the handler
+// returns (a 1 ms sleep after FinishNow added over 1 ms to the p50), so there the teardown is
+// still on the path; freeing it later, in a reactor's OnDone, was tried and cost more than it
+// saved (docs/benchmarks.md, "Tried and dropped: freeing the request after the response").
+// The accounting (counters, log line, admission) ends before Finish, so a client that reads
+// the counters after its answer sees its call counted. Nothing a RequestRunner holds points into
+// the call's messages: leaf tensors own their bytes (copied from a unary request, or adopting
+// a streamed request's chunks), so the reactor may be gone by the time it is destroyed.
+
+#ifndef GRADSERVE_SERVER_RUN_REQUEST_RUNNER_H_
+#define GRADSERVE_SERVER_RUN_REQUEST_RUNNER_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "engine/autograd/cancellation.h"
+#include "engine/graph/interpreter.h"
+#include "gradserve/v1/gradserve.pb.h"
+#include "server/run/graph_cache.h"
+#include "server/wire/chunked_request.h"
+
+namespace gradserve::server {
+
+// One request's run, and what it leaves to free (Note [Teardown after the reply]).
+//
+// Thread safety: make, run and destroy a RequestRunner on one thread: the graph it may keep goes to
+// that thread's cache.
+class RequestRunner {
+ public:
+  RequestRunner();
+  // Frees the recorded graph and gives the thread's kept graph back to its cache.
+  ~RequestRunner();
+
+  RequestRunner(const RequestRunner&) = delete;
+  RequestRunner& operator=(const RequestRunner&) = delete;
+
+  // Runs request; call it at most once. Blocks until the request is done. `cancel` (never
+  // null) stops the work between ops and between nodes when the call is cancelled or its
+  // deadline passes. `admitted` is when the server accepted the call, for the timings. On
+  // success fills *response (calls, values, timings, num_nodes); on failure returns the status
+  // for the client (every code of DESIGN.md section 5; never throws) and *response holds at
+  // least num_nodes when the graph was recorded. For a streamed call (Note [Tensor bytes left
+  // in the chunks]): chunked, if not null, is the request that request was parsed from (see
+  // FromProto); it is cleared once the engine's tensors are made, which frees the chunks
+  // nothing adopted. deferred, if not null, takes the bytes of big tensors of the response
+  // (see ToProto). For a unary call: op_records, if not null, are the records of request's
+  // ops as it carried them (UnaryMessages::op_records), for the graph cache (Note [Reusing a
+  // validated graph]); they must stay alive while Run runs.
+  absl::Status Run(const v1::GradRequest& request, const graph::Limits& limits,
+                   const std::shared_ptr<autograd::CancellationToken>& cancel, absl::Time admitted,
+                   v1::GradResponse* response, ChunkedRequest* chunked = nullptr,
+                   ChunkedResponse* deferred = nullptr, const std::string* op_records = nullptr);
+
+ private:
+  absl::Status RunOrThrow(const v1::GradRequest& request, const graph::Limits& limits,
+                          const std::shared_ptr<autograd::CancellationToken>& cancel,
+                          absl::Time admitted, v1::GradResponse* response, ChunkedRequest* chunked,
+                          ChunkedResponse* deferred, const std::string* op_records);
+
+  // Declared before recorded_, so that it outlives it: the lease keeps the graph only once
+  // nothing recorded from it is alive.
+  std::optional<GraphLease> lease_;
+  std::unique_ptr<graph::RecordedGraph> recorded_;
+};
+
+}  // namespace gradserve::server
+
+#endif  // GRADSERVE_SERVER_RUN_REQUEST_RUNNER_H_

@@ -1,0 +1,46 @@
+// GradServer: the gRPC server around GradService, with the standard health service
+// (grpc.health.v1) and server reflection, and a graceful shutdown.
+
+#ifndef GRADSERVE_SERVER_SERVICE_GRAD_SERVER_H_
+#define GRADSERVE_SERVER_SERVICE_GRAD_SERVER_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/server.h"
+#include "server/service/grad_service.h"
+#include "server/service/server_options.h"
+
+namespace gradserve::server {
+
+// Thread safety: Shutdown may be called from any thread, once. The destructor shuts down
+// (with no grace period) if Shutdown was not called.
+class GradServer {
+ public:
+  // Builds and starts the server on options.listen_address. UNAVAILABLE if the address cannot
+  // be bound; INVALID_ARGUMENT for bad options.
+  static absl::StatusOr<std::unique_ptr<GradServer>> Start(const ServerOptions& options);
+  ~GradServer();
+
+  // The port actually bound (the chosen one when the address asked for port 0).
+  int port() const { return port_; }
+  GradService& service() { return *service_; }
+
+  // Graceful shutdown: health turns NOT_SERVING, new grad calls get UNAVAILABLE, calls in
+  // flight may finish within `grace`, then whatever is left is cancelled and the server stops.
+  // Returns true if every admitted call finished within the grace period.
+  bool Shutdown(absl::Duration grace);
+
+ private:
+  GradServer() = default;
+
+  std::unique_ptr<GradService> service_;  // outlives server_
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace gradserve::server
+
+#endif  // GRADSERVE_SERVER_SERVICE_GRAD_SERVER_H_

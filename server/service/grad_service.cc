@@ -1,0 +1,417 @@
+#include "server/service/grad_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "proto/chunking.h"
+#include "server/base/log.h"
+#include "server/run/dispatch.h"
+#include "server/run/request_runner.h"
+#include "server/service/grpc_status.h"
+#include "server/service/server_info.h"
+#include "server/wire/chunk_message.h"
+
+namespace gradserve::server {
+namespace {
+
+// A token that stops the work at the call's deadline, and is cancelled by OnCancel.
+std::shared_ptr<autograd::CancellationToken> MakeToken(const grpc::CallbackServerContext* context) {
+  const auto deadline = context->deadline();
+  const absl::Time d = deadline == std::chrono::system_clock::time_point::max()
+                           ? absl::InfiniteFuture()
+                           : absl::FromChrono(deadline);
+  return std::make_shared<autograd::CancellationToken>(d);
+}
+
+// What OnCancel tells the work: gRPC cancels a call both when its client gives up and when its
+// deadline passes.
+void CancelWork(autograd::CancellationToken& token) {
+  if (absl::Now() >= token.deadline()) {
+    token.Cancel(absl::DeadlineExceededError("the call's deadline passed; the work stopped"));
+  } else {
+    token.Cancel(absl::CancelledError("the client cancelled the call; the work stopped"));
+  }
+}
+
+// The request id for the log: printable and bounded, since it comes from the client.
+std::string LogId(const std::string& id) {
+  if (id.empty()) return "-";
+  std::string out = id.substr(0, 64);
+  for (char& c : out) {
+    if (c <= ' ' || c > '~') c = '?';
+  }
+  return out;
+}
+
+// Finishes a call before its handler returns, with gRPC's default reactor, as Ping does.
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                    const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+}  // namespace
+
+// Note [Request flow], unary form, on the pool. The reactor owns the call's messages; the
+// worker serializes the response into gRPC's buffer, which stays valid until OnDone.
+class GradService::UnaryGradReactor final : public grpc::ServerUnaryReactor {
+ public:
+  UnaryGradReactor(GradService* service, grpc::CallbackServerContext* context, Job job,
+                   UnaryMessages::Ptr messages, grpc::ByteBuffer* response)
+      : cancel_(MakeToken(context)), messages_(std::move(messages)), response_(response) {
+    job.cancel = cancel_;
+    job.done = [this](const absl::Status& status) {
+      Finish(ToGrpcStatus(status.ok() ? messages_->SerializeResponse(response_) : status));
+    };
+    service->Execute(std::move(job));
+  }
+
+  void OnCancel() override { CancelWork(*cancel_); }
+  void OnDone() override { delete this; }
+
+ private:
+  const std::shared_ptr<autograd::CancellationToken> cancel_;
+  const UnaryMessages::Ptr messages_;
+  grpc::ByteBuffer* const response_;  // gRPC's
+};
+
+// Note [Request flow], streaming form. Reads, the work and writes happen one after another, so
+// no two of them touch the reactor's fields at once; OnCancel touches only the token. The
+// request and response never exist as one string (Note [Zero-copy streaming]): received
+// chunks' bytes are moved into a ChunkedRequest, parsed once the client half-closes, whose big
+// tensor bytes the engine uses in place (Note [Tensor bytes left in the chunks]); the response is
+// serialized straight into chunk-sized strings, its big tensors' bytes copied once, from the
+// engine's tensors (ChunkedResponse), and each string is handed to gRPC as the written chunk's
+// data, not copied, and goes back to the chunk pool once gRPC has sent it (Note [Chunks sent
+// without a copy]).
+class GradService::StreamGradReactor final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  StreamGradReactor(GradService* service, grpc::CallbackServerContext* context)
+      : service_(service),
+        context_(context),
+        cancel_(MakeToken(context)),
+        received_at_(absl::Now()) {
+    if (absl::Status admitted = service->Admit(); !admitted.ok()) {
+      service->Reject("", "stream", admitted);
+      Finish(ToGrpcStatus(admitted));
+      return;
+    }
+    *chunk_.mutable_data() = chunking::BufferPool::Default().Take();
+    StartRead(&read_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      chunking::BufferPool::Default().Give(std::move(*chunk_.mutable_data()));  // reads are over
+      RunRequest();
+      return;
+    }
+    if (!ParseChunk(&read_, &chunk_)) {
+      FailEarly(absl::InvalidArgumentError(
+          absl::StrCat("chunk ", chunks_read_ + 1,
+                       " of the stream is malformed: not a gradserve.v1.Chunk message")));
+      return;
+    }
+    ++chunks_read_;
+    // total_bytes is only a claim: it can fail a call early, never size an allocation.
+    const int64_t limit = service_->options_.max_request_bytes;
+    if (chunk_.total_bytes() > limit ||
+        received_.size() + static_cast<int64_t>(chunk_.data().size()) > limit) {
+      FailEarly(absl::ResourceExhaustedError(
+          absl::StrCat("the streamed request is larger than the limit of ", limit,
+                       " bytes (--max_request_bytes)")));
+      return;
+    }
+    // Note [Chunk buffer pool]: the next read fills a pooled buffer; a chunk much smaller than
+    // its buffer is copied out, so that the buffer serves the next read.
+    std::string* data = chunk_.mutable_data();
+    if (data->size() >= data->capacity() / 2) {
+      received_.Append(std::move(*data));
+      *data = chunking::BufferPool::Default().Take();
+    } else {
+      received_.Append(std::string(*data));
+    }
+    StartRead(&read_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the response stream broke"));
+      return;
+    }
+    WriteNextChunk();
+  }
+
+  void OnCancel() override { CancelWork(*cancel_); }
+  void OnDone() override { delete this; }
+
+ private:
+  // The client half-closed (or the call broke): parse what came (cheap: big tensor bytes are
+  // not copied) and run it on a worker.
+  void RunRequest() {
+    if (context_->IsCancelled()) {
+      FailEarly(absl::CancelledError("the client cancelled the call while sending it"));
+      return;
+    }
+    if (absl::Status parsed = received_.Parse(&request_); !parsed.ok()) {
+      FailEarly(parsed);
+      return;
+    }
+    Job job;
+    job.rpc = "stream";
+    job.received = received_at_;
+    job.request = &request_;
+    job.response = &response_;
+    job.request_bytes = received_.size();
+    job.chunked = &received_;
+    job.deferred = &deferred_;
+    job.cancel = cancel_;
+    job.done = [this](const absl::Status& status) {
+      if (status.ok() && !deferred_.Serialize(response_, service_->options_.chunk_bytes, &out_)) {
+        Finish(ToGrpcStatus(absl::ResourceExhaustedError(
+            "the response is larger than 2 GiB, more than one streamed message can carry")));
+        return;
+      }
+      deferred_.Clear();
+      response_.Clear();
+      if (!status.ok()) {
+        Finish(ToGrpcStatus(status));
+        return;
+      }
+      for (const std::string& chunk : out_) total_out_ += chunk.size();
+      WriteNextChunk();
+    };
+    service_->Execute(std::move(job));
+  }
+
+  void FailEarly(const absl::Status& status) {
+    service_->Release(request_.request_id(), "stream", status, received_at_, 0, received_.size(),
+                      0);
+    Finish(ToGrpcStatus(status));
+  }
+
+  // Writes the next chunk of out_ (the first one carries the total size), or finishes once all
+  // were written. The chunk's bytes are moved, not copied (Note [Chunks sent without a copy]).
+  void WriteNextChunk() {
+    if (next_ == out_.size()) {
+      std::vector<std::string>().swap(out_);
+      Finish(grpc::Status::OK);
+      return;
+    }
+    write_ =
+        SerializeChunk(std::move(out_[next_]), next_ == 0 ? static_cast<int64_t>(total_out_) : 0);
+    ++next_;
+    StartWrite(&write_);
+  }
+
+  GradService* const service_;
+  grpc::CallbackServerContext* const context_;
+  const std::shared_ptr<autograd::CancellationToken> cancel_;
+  const absl::Time received_at_;
+  grpc::ByteBuffer read_;    // the read in progress
+  v1::Chunk chunk_;          // the last chunk read, parsed; its data buffer is pooled
+  int64_t chunks_read_ = 0;  // for errors
+  grpc::ByteBuffer write_;   // the write in progress
+  ChunkedRequest received_;  // the request's chunks; parsed, then cleared, by the worker
+  v1::GradRequest request_;
+  v1::GradResponse response_;
+  ChunkedResponse deferred_;      // response_'s big tensors, until serialized into out_
+  std::vector<std::string> out_;  // the serialized response, in chunks; each moved out when sent
+  size_t total_out_ = 0;          // bytes in out_
+  size_t next_ = 0;               // the chunk of out_ to write next
+};
+
+GradService::GradService(ServerOptions options)
+    : options_(std::move(options)),
+      started_(absl::Now()),
+      info_(DescribeServer(options_)),
+      pool_(std::make_unique<WorkerPool>(
+          options_.worker_threads > 0
+              ? options_.worker_threads
+              : std::max(1, static_cast<int>(std::thread::hardware_concurrency())))) {}
+
+GradService::~GradService() { pool_.reset(); }
+
+grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerContext* context,
+                                                        const grpc::ByteBuffer* request,
+                                                        grpc::ByteBuffer* response) {
+  const absl::Time received = absl::Now();
+  // Admitted before it is parsed: a full or draining server refuses a call without spending
+  // the parse's time and memory on it; its log line has the request id read from the bytes.
+  if (absl::Status admitted = Admit(); !admitted.ok()) {
+    Reject(UnaryMessages::PeekRequestId(*request), "unary", admitted);
+    return FinishNow(context, ToGrpcStatus(admitted));
+  }
+  UnaryMessages::Ptr messages = UnaryMessages::Take();
+  if (const absl::Status parsed = messages->ParseRequest(*request); !parsed.ok()) {
+    Release(UnaryMessages::PeekRequestId(*request), "unary", parsed, received, 0,
+            messages->request_bytes(), 0);
+    return FinishNow(context, ToGrpcStatus(parsed));
+  }
+  Job job;
+  job.rpc = "unary";
+  job.received = received;
+  job.request = &messages->request();
+  job.response = messages->response();
+  job.request_bytes = messages->request_bytes();
+  job.op_records = messages->op_records();
+  if (!RunsInline(messages->request(), job.request_bytes, options_.max_inline_cost)) {
+    return new UnaryGradReactor(this, context, std::move(job), std::move(messages), response);
+  }
+  // Note [Inline or pool]: small enough to run on this thread.
+  requests_inline_.fetch_add(1, std::memory_order_relaxed);
+  job.cancel = MakeToken(context);
+  // Destroyed after FinishNow, but gRPC sends an inline response only once this returns
+  // (Note [Teardown after the reply]).
+  RequestRunner runner;
+  absl::Status status = Run(job, runner);
+  if (status.ok()) status = messages->SerializeResponse(response);
+  return FinishNow(context, ToGrpcStatus(status));
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GradService::ComputeGradientsStream(
+    grpc::CallbackServerContext* context) {
+  return new StreamGradReactor(this, context);
+}
+
+grpc::ServerUnaryReactor* GradService::GetServerInfo(grpc::CallbackServerContext* context,
+                                                     const v1::ServerInfoRequest* /*request*/,
+                                                     v1::ServerInfo* response) {
+  *response = info_;
+  *response->mutable_counters() = counters();
+  return FinishNow(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* GradService::Ping(grpc::CallbackServerContext* context,
+                                            const v1::PingRequest* request,
+                                            v1::PingResponse* response) {
+  response->set_payload(request->payload());
+  return FinishNow(context, grpc::Status::OK);
+}
+
+absl::Status GradService::Admit() {
+  requests_total_.fetch_add(1, std::memory_order_relaxed);
+  auto unavailable = [] {
+    return absl::UnavailableError("the server is shutting down; retry on another replica");
+  };
+  if (draining_.load()) return unavailable();
+  int64_t n = in_flight_.load(std::memory_order_relaxed);
+  do {
+    if (n >= options_.max_in_flight) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the server is full: ", n, " requests in flight, the limit is ",
+                       options_.max_in_flight, " (--max_in_flight); retry later"));
+    }
+  } while (!in_flight_.compare_exchange_weak(n, n + 1));
+  // Note [Admission without a lock]: admitted, unless draining began meanwhile.
+  if (draining_.load()) {
+    EndInFlight();
+    return unavailable();
+  }
+  return absl::OkStatus();
+}
+
+void GradService::EndInFlight() {
+  if (in_flight_.fetch_sub(1) == 1) {
+    MutexLock lock(&idle_mutex_);
+    idle_.SignalAll();
+  }
+}
+
+void GradService::Execute(Job job) {
+  pool_->Submit([this, job = std::move(job)] {
+    RequestRunner runner;  // destroyed after job.done (Note [Teardown after the reply])
+    job.done(Run(job, runner));
+  });
+}
+
+absl::Status GradService::Run(const Job& job, RequestRunner& runner) {
+  if (options_.before_run_for_testing) options_.before_run_for_testing(*job.request, *job.cancel);
+  absl::Status status = runner.Run(*job.request, options_.limits, job.cancel, job.received,
+                                   job.response, job.chunked, job.deferred, job.op_records);
+  int64_t bytes_out = 0;
+  if (status.ok()) {
+    bytes_out =
+        static_cast<int64_t>(job.deferred != nullptr ? job.deferred->SerializedSize(*job.response)
+                                                     : job.response->ByteSizeLong());
+  }
+  Release(job.request->request_id(), job.rpc, status, job.received, job.response->num_nodes(),
+          job.request_bytes, bytes_out);
+  return status;
+}
+
+void GradService::Release(const std::string& request_id, const std::string& rpc,
+                          const absl::Status& status, absl::Time received, int64_t nodes,
+                          int64_t bytes_in, int64_t bytes_out) {
+  (status.ok() ? requests_ok_ : requests_failed_).fetch_add(1, std::memory_order_relaxed);
+  bytes_received_.fetch_add(bytes_in, std::memory_order_relaxed);
+  bytes_sent_.fetch_add(bytes_out, std::memory_order_relaxed);
+  if (Logs(status)) {
+    const int64_t us = absl::ToInt64Microseconds(absl::Now() - received);
+    const grpc::Status grpc_status = ToGrpcStatus(status);
+    std::string line = absl::StrCat(
+        "request id=", LogId(request_id), " rpc=", rpc, " status=",
+        absl::StatusCodeToString(static_cast<absl::StatusCode>(grpc_status.error_code())),
+        " duration_ms=", us / 1000, ".", absl::Dec(us % 1000, absl::kZeroPad3), " nodes=", nodes,
+        " bytes_in=", bytes_in, " bytes_out=", bytes_out);
+    if (!status.ok()) {
+      absl::StrAppend(&line, " error=", grpc_status.error_message().substr(0, 200));
+    }
+    LogLine(line);
+  }
+  EndInFlight();
+}
+
+void GradService::Reject(const std::string& request_id, const std::string& rpc,
+                         const absl::Status& status) {
+  requests_rejected_.fetch_add(1, std::memory_order_relaxed);
+  if (!Logs(status)) return;
+  LogLine(absl::StrCat("request id=", LogId(request_id), " rpc=", rpc,
+                       " status=", absl::StatusCodeToString(status.code()),
+                       " duration_ms=0 nodes=0 error=", std::string(status.message())));
+}
+
+bool GradService::Logs(const absl::Status& status) const {
+  switch (options_.log_requests) {
+    case ServerOptions::LogRequests::kAll:
+      return true;
+    case ServerOptions::LogRequests::kErrors:
+      return !status.ok();
+    case ServerOptions::LogRequests::kNone:
+      return false;
+  }
+  return true;
+}
+
+void GradService::StartDraining() { draining_.store(true); }
+
+bool GradService::WaitUntilIdle(absl::Duration timeout) {
+  auto idle = [this] { return in_flight_.load() == 0; };
+  MutexLock lock(&idle_mutex_);
+  if (timeout == absl::InfiniteDuration()) {  // no deadline: a timed wait would overflow
+    idle_.Wait(&idle_mutex_, idle);
+    return true;
+  }
+  return idle_.WaitWithDeadline(&idle_mutex_, absl::Now() + timeout, idle);
+}
+
+v1::Counters GradService::counters() const {
+  v1::Counters c;
+  c.set_requests_total(requests_total_.load(std::memory_order_relaxed));
+  c.set_requests_ok(requests_ok_.load(std::memory_order_relaxed));
+  c.set_requests_failed(requests_failed_.load(std::memory_order_relaxed));
+  c.set_requests_rejected(requests_rejected_.load(std::memory_order_relaxed));
+  c.set_bytes_received(bytes_received_.load(std::memory_order_relaxed));
+  c.set_bytes_sent(bytes_sent_.load(std::memory_order_relaxed));
+  c.set_uptime_us(absl::ToInt64Microseconds(absl::Now() - started_));
+  c.set_in_flight(in_flight_.load(std::memory_order_relaxed));
+  return c;
+}
+
+}  // namespace gradserve::server

@@ -1,0 +1,159 @@
+// The gRPC service gradserve.v1.GradService, on gRPC's callback API.
+//
+// Note [Request flow]
+// Each call is admitted first (at most max_in_flight grad calls at once, otherwise
+// RESOURCE_EXHAUSTED at once; UNAVAILABLE while draining). A unary call whose estimated work
+// is small (Note [Inline or pool] in server/run/dispatch.h) then runs inline on gRPC's callback
+// thread, as Ping does, and finishes gRPC's default reactor before the handler returns. Any
+// other call gets a small reactor that owns itself (deleted in OnDone) and is handed to the
+// WorkerPool of engine CPU workers; the gRPC thread returns at once and never waits on the
+// Engine. Either way, the same code (GradService::Run) runs the request (a RequestRunner) and does
+// the bookkeeping (counters, the log line, releasing admission); on the pool, finishing the
+// reactor is the last thing the worker touches of the call, and what the request made is freed
+// after that (Note [Teardown after the reply] in server/run/request_runner.h). The client's
+// deadline reaches the work through a CancellationToken built with the call's deadline; on the
+// pool, OnCancel cancels it too (gRPC delivers OnCancel only after the handler returned, so not to
+// inline work). The streaming variant collects the chunks of the serialized request (at most
+// max_request_bytes), runs it on the pool, then streams the serialized response back in
+// chunks of chunk_bytes.
+
+#ifndef GRADSERVE_SERVER_SERVICE_GRAD_SERVICE_H_
+#define GRADSERVE_SERVER_SERVICE_GRAD_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "engine/autograd/cancellation.h"
+#include "engine/util/mutex.h"
+#include "gradserve/v1/gradserve.grpc.pb.h"
+#include "server/run/request_runner.h"
+#include "server/run/worker_pool.h"
+#include "server/service/server_options.h"
+#include "server/wire/chunked_request.h"
+#include "server/wire/unary_messages.h"
+
+namespace gradserve::server {
+
+// Thread safety: the gRPC methods are called by gRPC from any thread; StartDraining,
+// WaitUntilIdle and counters may be called from any thread. The destructor waits for the
+// worker pool to finish what it was given; destroy the service only after the grpc::Server
+// that uses it has shut down.
+//
+// ComputeGradients is a raw method: it parses its request and serializes its response itself
+// (Note [Unary messages reused]); so is ComputeGradientsStream, for its chunks (Note [Chunks
+// sent without a copy] in server/wire/chunk_message.h).
+// (The raw stream's handler has the typed one's parameters, so the typed mixin of
+// CallbackService cannot be below it: the service is built from the four mixins it uses.)
+class GradService final
+    : public v1::GradService::WithRawCallbackMethod_ComputeGradients<
+          v1::GradService::WithRawCallbackMethod_ComputeGradientsStream<
+              v1::GradService::WithCallbackMethod_GetServerInfo<
+                  v1::GradService::WithCallbackMethod_Ping<v1::GradService::Service>>>> {
+ public:
+  explicit GradService(ServerOptions options);
+  ~GradService() override;
+
+  grpc::ServerUnaryReactor* ComputeGradients(grpc::CallbackServerContext* context,
+                                             const grpc::ByteBuffer* request,
+                                             grpc::ByteBuffer* response) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ComputeGradientsStream(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
+                                          const v1::ServerInfoRequest* request,
+                                          v1::ServerInfo* response) override;
+  grpc::ServerUnaryReactor* Ping(grpc::CallbackServerContext* context,
+                                 const v1::PingRequest* request,
+                                 v1::PingResponse* response) override;
+
+  // From now on grad calls are refused with UNAVAILABLE; those admitted go on.
+  void StartDraining();
+  // Blocks until no grad call is admitted, or timeout passes. True if none is.
+  bool WaitUntilIdle(absl::Duration timeout);
+  v1::Counters counters() const;
+  // Grad calls that ran inline on gRPC's thread (Note [Inline or pool]).
+  int64_t requests_inline() const { return requests_inline_.load(std::memory_order_relaxed); }
+
+ private:
+  class UnaryGradReactor;
+  class StreamGradReactor;
+
+  // One admitted grad request on its way through the worker pool.
+  struct Job {
+    std::string rpc;  // "unary" or "stream", for the log
+    absl::Time received;
+    const v1::GradRequest* request = nullptr;  // the call's UnaryMessages, or the reactor's
+    v1::GradResponse* response = nullptr;      // likewise
+    int64_t request_bytes = 0;
+    // The records of a unary request's ops as sent (UnaryMessages::op_records), or null.
+    const std::string* op_records = nullptr;
+    // A streamed request's chunks, which *request was parsed from and which hold its big
+    // tensors' bytes (Note [Tensor bytes left in the chunks]); owned by the reactor, cleared
+    // by the worker. Null for unary calls.
+    ChunkedRequest* chunked = nullptr;
+    // Where a streamed response's big tensors wait to be written into its chunks; owned by
+    // the reactor. Null for unary calls.
+    ChunkedResponse* deferred = nullptr;
+    std::shared_ptr<autograd::CancellationToken> cancel;
+    // Runs on the worker after the bookkeeping, with the request's status. Must be the last
+    // use of anything the reactor owns.
+    std::function<void(const absl::Status&)> done;
+  };
+
+  // Admits a grad call (counting it in flight) or says why not.
+  absl::Status Admit();
+  // Queues an admitted job on the worker pool, where Run runs it and job.done follows.
+  void Execute(Job job);
+  // Runs an admitted job on this thread with runner and ends its accounting (Release); returns
+  // its status. The caller destroys runner once the response is on its way (Note [Teardown after
+  // the reply]).
+  absl::Status Run(const Job& job, RequestRunner& runner);
+  // Ends an admitted call's accounting: counters, the log line, admission released.
+  void Release(const std::string& request_id, const std::string& rpc, const absl::Status& status,
+               absl::Time received, int64_t nodes, int64_t bytes_in, int64_t bytes_out);
+  // Counts and logs a call refused at admission.
+  void Reject(const std::string& request_id, const std::string& rpc, const absl::Status& status);
+
+  // Lowers in_flight_ by one, waking WaitUntilIdle when it reaches 0.
+  void EndInFlight();
+  // Whether a request that ends with status gets a log line (--log_requests).
+  bool Logs(const absl::Status& status) const;
+
+  const ServerOptions options_;
+  const absl::Time started_;
+  const v1::ServerInfo info_;  // the static part of GetServerInfo's answer
+
+  // Note [Admission without a lock]
+  // Admit and Release run for every grad call, on many threads at once, so they take no
+  // lock: Admit raises in_flight_ with a compare-and-swap bounded by max_in_flight, then
+  // reads draining_; StartDraining sets draining_ before WaitUntilIdle reads in_flight_. Both
+  // pairs are sequentially consistent, so either Admit sees draining_ (and takes its call
+  // back) or WaitUntilIdle sees the call in flight: no call is admitted once draining was
+  // seen idle. A release that brings in_flight_ to 0 signals idle_ under idle_mutex_ (a
+  // std::mutex, cheap when free: Note [Why not absl::Mutex]), and WaitUntilIdle reads
+  // in_flight_ under it before waiting, so that signal cannot be lost.
+  std::atomic<int64_t> in_flight_{0};
+  std::atomic<bool> draining_{false};
+  // Guards no data: it orders EndInFlight's signal with WaitUntilIdle's check (above).
+  Mutex idle_mutex_;
+  CondVar idle_;
+
+  std::atomic<int64_t> requests_total_{0};
+  std::atomic<int64_t> requests_ok_{0};
+  std::atomic<int64_t> requests_failed_{0};
+  std::atomic<int64_t> requests_rejected_{0};
+  std::atomic<int64_t> requests_inline_{0};
+  std::atomic<int64_t> bytes_received_{0};
+  std::atomic<int64_t> bytes_sent_{0};
+
+  // Last member: destroyed first, so workers finish while the rest is alive.
+  std::unique_ptr<WorkerPool> pool_;
+};
+
+}  // namespace gradserve::server
+
+#endif  // GRADSERVE_SERVER_SERVICE_GRAD_SERVICE_H_

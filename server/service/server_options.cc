@@ -1,0 +1,72 @@
+#include "server/service/server_options.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace gradserve::server {
+namespace {
+
+absl::Status Positive(const char* name, int64_t value) {
+  if (value > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("--", name, " must be positive, got ", value));
+}
+
+}  // namespace
+
+const char* LogRequestsName(ServerOptions::LogRequests value) {
+  switch (value) {
+    case ServerOptions::LogRequests::kAll:
+      return "all";
+    case ServerOptions::LogRequests::kErrors:
+      return "errors";
+    case ServerOptions::LogRequests::kNone:
+      return "none";
+  }
+  return "all";
+}
+
+absl::Status ParseLogRequests(const std::string& text, ServerOptions::LogRequests* value) {
+  for (ServerOptions::LogRequests v :
+       {ServerOptions::LogRequests::kAll, ServerOptions::LogRequests::kErrors,
+        ServerOptions::LogRequests::kNone}) {
+    if (text == LogRequestsName(v)) {
+      *value = v;
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--log_requests must be all, errors or none, got '", text, "'"));
+}
+
+absl::Status CheckOptions(const ServerOptions& o) {
+  if (o.worker_threads < 0) {
+    return absl::InvalidArgumentError("--worker_threads must be 0 (one per core) or more");
+  }
+  if (o.max_inline_cost < 0) {
+    return absl::InvalidArgumentError("--max_inline_cost must be 0 (never inline) or more");
+  }
+  if (o.max_message_bytes > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_message_bytes is at most ", INT32_MAX, " (gRPC's limit)"));
+  }
+  if (o.chunk_bytes > o.max_message_bytes - 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--chunk_bytes (", o.chunk_bytes,
+        ") must leave 64 bytes of framing below --max_message_bytes (", o.max_message_bytes, ")"));
+  }
+  for (auto [name, value] :
+       {std::pair<const char*, int64_t>{"max_message_bytes", o.max_message_bytes},
+        {"max_request_bytes", o.max_request_bytes},
+        {"chunk_bytes", o.chunk_bytes},
+        {"max_in_flight", o.max_in_flight},
+        {"max_ops", o.limits.max_ops},
+        {"max_leaves", o.limits.max_leaves},
+        {"max_tensor_elements", o.limits.max_tensor_elements},
+        {"max_memory_bytes", o.limits.max_memory_bytes},
+        {"max_nesting", o.limits.max_nesting},
+        {"max_backward_calls", o.limits.max_backward_calls}}) {
+    if (absl::Status s = Positive(name, value); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gradserve::server

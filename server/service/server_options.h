@@ -1,0 +1,59 @@
+// Everything a GradServer is configured with; server/process/main.cc fills it from flags.
+
+#ifndef GRADSERVE_SERVER_SERVICE_SERVER_OPTIONS_H_
+#define GRADSERVE_SERVER_SERVICE_SERVER_OPTIONS_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "engine/autograd/cancellation.h"
+#include "engine/graph/interpreter.h"
+#include "gradserve/v1/gradserve.pb.h"
+
+namespace gradserve::server {
+
+struct ServerOptions {
+  // host:port; port 0 picks a free port (GradServer::port() tells which).
+  std::string listen_address = "127.0.0.1:50051";
+  // Engine CPU worker threads: requests that run at once. 0: one per hardware thread.
+  int worker_threads = 0;
+  // Largest gRPC message the server receives (a unary request, one chunk of a stream).
+  int64_t max_message_bytes = int64_t{32} << 20;
+  // Largest serialized GradRequest, streamed in chunks.
+  int64_t max_request_bytes = int64_t{1} << 30;
+  // Size of the chunks a streamed response is cut into.
+  int64_t chunk_bytes = int64_t{4} << 20;
+  // Grad requests admitted at once (queued or running); more get RESOURCE_EXHAUSTED.
+  int64_t max_in_flight = 32;
+  // Unary grad requests whose estimated cost is at most this run inline on gRPC's thread
+  // instead of queuing for a worker; 0: every request goes to the workers. See Note [Inline
+  // or pool] in server/run/dispatch.h for the estimate. The default is a fraction of a millisecond
+  // of CPU.
+  int64_t max_inline_cost = 16384;
+  // Which grad requests get a log line on stderr: all of them, only failed and refused ones,
+  // or none. Each line is a write to stderr, about 9% of the server's CPU for a small request
+  // (docs/benchmarks.md), so by default only failures are logged.
+  enum class LogRequests { kAll, kErrors, kNone };
+  LogRequests log_requests = LogRequests::kErrors;
+  // Per-request limits enforced by the interpreter and by the request's validation.
+  graph::Limits limits;
+  // For tests: runs on the thread that is about to run an admitted grad request (gRPC's for
+  // one that runs inline, a worker's otherwise), with its cancellation token, before the work.
+  std::function<void(const v1::GradRequest&, const autograd::CancellationToken&)>
+      before_run_for_testing;
+};
+
+// "all", "errors", "none": the --log_requests values.
+const char* LogRequestsName(ServerOptions::LogRequests value);
+// INVALID_ARGUMENT for anything but "all", "errors" or "none".
+absl::Status ParseLogRequests(const std::string& text, ServerOptions::LogRequests* value);
+
+// INVALID_ARGUMENT naming the first field that is out of range (non-positive sizes, a chunk
+// larger than a message).
+absl::Status CheckOptions(const ServerOptions& options);
+
+}  // namespace gradserve::server
+
+#endif  // GRADSERVE_SERVER_SERVICE_SERVER_OPTIONS_H_

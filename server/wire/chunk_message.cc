@@ -1,0 +1,56 @@
+// Chunks written without copying their data (chunk_message.h).
+
+#include "server/wire/chunk_message.h"
+
+#include <utility>
+
+#include "grpcpp/impl/codegen/proto_utils.h"
+#include "grpcpp/support/slice.h"
+#include "proto/chunking.h"
+#include "server/wire/wire_format.h"
+
+namespace gradserve::server {
+namespace {
+
+// Field numbers and wire types of v1::Chunk.
+constexpr uint64_t kDataTag = (uint64_t{v1::Chunk::kDataFieldNumber} << 3) | 2;  // bytes
+constexpr uint64_t kTotalBytesTag =
+    (uint64_t{v1::Chunk::kTotalBytesFieldNumber} << 3) | 0;  // int64
+
+// The release of a data slice: the string's buffer goes back to the pool.
+void GiveBack(void* owned) {
+  auto* data = static_cast<std::string*>(owned);
+  chunking::BufferPool::Default().Give(std::move(*data));
+  delete data;
+}
+
+}  // namespace
+
+grpc::ByteBuffer SerializeChunk(std::string data, int64_t total_bytes) {
+  std::string framing;
+  auto append = [&framing](const char* p, size_t n) { framing.append(p, n); };
+  grpc::Slice slices[3];
+  size_t n = 0;
+  if (!data.empty()) {
+    PutVarint(kDataTag, append);
+    PutVarint(data.size(), append);
+    slices[n++] = grpc::Slice(framing);
+    auto* owned = new std::string(std::move(data));
+    slices[n++] = grpc::Slice(owned->data(), owned->size(), &GiveBack, owned);
+    framing.clear();
+  } else {
+    chunking::BufferPool::Default().Give(std::move(data));
+  }
+  if (total_bytes != 0) {
+    PutVarint(kTotalBytesTag, append);
+    PutVarint(static_cast<uint64_t>(total_bytes), append);  // int64: two's complement, as protobuf
+    slices[n++] = grpc::Slice(framing);
+  }
+  return grpc::ByteBuffer(slices, n);
+}
+
+bool ParseChunk(grpc::ByteBuffer* bytes, v1::Chunk* chunk) {
+  return grpc::GenericDeserialize<grpc::ProtoBufferReader, v1::Chunk>(bytes, chunk).ok();
+}
+
+}  // namespace gradserve::server

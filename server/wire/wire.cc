@@ -1,0 +1,541 @@
+#include "server/wire/wire.h"
+
+#include <bit>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "absl/algorithm/container.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
+#include "absl/strings/str_cat.h"
+#include "engine/device/device.h"
+#include "engine/device/device_registry.h"
+#include "engine/tensor/shape.h"
+#include "engine/util/status_error.h"
+
+namespace gradserve::server {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "the wire format is little-endian; this host would need byte swapping");
+
+// What a wire tensor will become, known without allocating it.
+struct TensorPlan {
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  int64_t numel = 0;
+  int64_t nbytes = 0;
+  Device device = kCPU;
+};
+
+// The raw bytes of a tensor whose contents are `data`: inline in the message, or left in the
+// received chunks of a streamed request (Note [Tensor bytes left in the chunks]).
+class DataView {
+ public:
+  DataView(const v1::Tensor& t, const ChunkedRequest* chunked)
+      : inline_(t.data()), external_(chunked != nullptr ? chunked->Find(t) : nullptr) {}
+
+  size_t size() const { return external_ != nullptr ? external_->size : inline_.size(); }
+  const ChunkedRequest::Bytes* external() const { return external_; }
+
+  // Calls f(const char* data, size_t n) for each run of the bytes, in order.
+  template <typename F>
+  void ForEachPiece(F f) const {
+    if (external_ == nullptr) {
+      f(inline_.data(), inline_.size());
+      return;
+    }
+    for (const ChunkedRequest::Piece& piece : external_->pieces) f(piece.data(), piece.size);
+  }
+
+ private:
+  const std::string& inline_;
+  const ChunkedRequest::Bytes* const external_;
+};
+
+std::string DescribeOp(const v1::Op& op, int index) {
+  return absl::StrCat(
+      "op #", index, " '", op.op(), "'",
+      op.outputs_size() > 0 ? absl::StrCat(" (output '", op.outputs(0), "')") : std::string());
+}
+
+// Checks everything about a wire tensor that can be checked before allocating it. `what` names
+// it in errors ("leaf 'x'"); it is called only to write an error, so a good request builds no
+// descriptions.
+absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& limits,
+                                      const ChunkedRequest* chunked,
+                                      absl::FunctionRef<std::string()> what) {
+  TensorPlan plan;
+  std::optional<DType> dtype = FromProto(t.dtype());
+  if (!dtype) {
+    const std::string& enum_name = v1::DType_Name(t.dtype());
+    return absl::InvalidArgumentError(
+        absl::StrCat(what(), ": dtype ",
+                     enum_name.empty() ? absl::StrCat(static_cast<int>(t.dtype())) : enum_name,
+                     " is not one of DTYPE_FLOAT32, DTYPE_FLOAT64, DTYPE_INT64, DTYPE_BOOL"));
+  }
+  plan.dtype = *dtype;
+  plan.shape.assign(t.shape().begin(), t.shape().end());
+  absl::StatusOr<int64_t> numel = CheckedNumel(plan.shape);
+  if (!numel.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what(), ": ", numel.status().message()));
+  }
+  plan.numel = *numel;
+  if (plan.numel > limits.max_tensor_elements) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what(), ": shape ", ShapeToString(plan.shape), " has ", plan.numel,
+                     " elements, over the limit of ", limits.max_tensor_elements,
+                     " elements per tensor (--max_tensor_elements)"));
+  }
+  if (__builtin_mul_overflow(plan.numel, static_cast<int64_t>(ElementSize(plan.dtype)),
+                             &plan.nbytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(what(), ": shape ", ShapeToString(plan.shape),
+                                                     " needs more bytes than fit in int64"));
+  }
+
+  const char* dtype_name = DTypeName(plan.dtype);
+  switch (t.contents_case()) {
+    case v1::Tensor::kData: {
+      const DataView data(t, chunked);
+      if (static_cast<int64_t>(data.size()) != plan.nbytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what(), ": data has ", data.size(), " bytes but ", dtype_name,
+                         ShapeToString(plan.shape), " needs ", plan.nbytes, " (", plan.numel,
+                         " elements of ", ElementSize(plan.dtype), " bytes)"));
+      }
+      if (plan.dtype == DType::kBool) {
+        size_t i = 0;
+        std::optional<absl::Status> bad;
+        data.ForEachPiece([&](const char* p, size_t n) {
+          for (size_t k = 0; k < n && !bad; ++k, ++i) {
+            const auto byte = static_cast<unsigned char>(p[k]);
+            if (byte > 1) {
+              bad = absl::InvalidArgumentError(
+                  absl::StrCat(what(), ": byte ", i, " of bool data is ", static_cast<int>(byte),
+                               "; bools are 0 or 1"));
+            }
+          }
+        });
+        if (bad) return *bad;
+      }
+      break;
+    }
+    case v1::Tensor::kValues: {
+      const v1::TensorValues& v = t.values();
+      int64_t given = 0;
+      const char* list = "";
+      int64_t others = 0;
+      if (IsFloating(plan.dtype)) {
+        given = v.doubles_size();
+        list = "doubles";
+        others = v.ints_size() + v.bools_size();
+      } else if (plan.dtype == DType::kInt64) {
+        given = v.ints_size();
+        list = "ints";
+        others = v.doubles_size() + v.bools_size();
+      } else {
+        given = v.bools_size();
+        list = "bools";
+        others = v.doubles_size() + v.ints_size();
+      }
+      if (others != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what(), ": a ", dtype_name, " tensor takes its values in 'values.", list, "' only"));
+      }
+      if (given != plan.numel) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what(), ": values.", list, " has ", given, " values but shape ",
+                         ShapeToString(plan.shape), " needs ", plan.numel));
+      }
+      break;
+    }
+    case v1::Tensor::CONTENTS_NOT_SET:
+      if (plan.numel != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what(), ": no contents; set 'data' (raw little-endian bytes) or 'values'"));
+      }
+      break;
+  }
+
+  if (!t.device().empty()) {
+    absl::StatusOr<Device> device = ParseDevice(t.device());
+    if (!device.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(what(), ": ", device.status().message()));
+    }
+    if (absl::Status s = DeviceRegistry::Get().Validate(*device); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(what(), ": ", s.message()));
+    }
+    plan.device = *device;
+  }
+  return plan;
+}
+
+// Allocates and fills the tensor a plan (from PlanTensor on t) describes. Bytes left in one
+// received chunk are adopted there (Note [Adopted storage]); others are copied. Throws
+// StatusError when out of memory or when the device copy fails.
+Tensor MakeTensor(const v1::Tensor& t, const TensorPlan& plan, const ChunkedRequest* chunked) {
+  const DataView data(t, chunked);
+  if (t.contents_case() == v1::Tensor::kData && data.external() != nullptr &&
+      data.external()->pieces.size() == 1) {
+    const ChunkedRequest::Piece& piece = data.external()->pieces.front();
+    Tensor host = Tensor::FromExternal(plan.shape, plan.dtype, piece.data(), piece.chunk);
+    return plan.device == kCPU ? host : host.To(plan.device);
+  }
+  Tensor host = Tensor::Empty(plan.shape, plan.dtype, kCPU);
+  if (t.contents_case() == v1::Tensor::kData) {
+    char* out = static_cast<char*>(host.raw_data());
+    data.ForEachPiece([&](const char* p, size_t n) {
+      if (n > 0) std::memcpy(out, p, n);
+      out += n;
+    });
+  } else if (t.contents_case() == v1::Tensor::kValues) {
+    const v1::TensorValues& v = t.values();
+    DispatchDType(plan.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      T* out = host.data<T>();
+      for (int64_t i = 0; i < plan.numel; ++i) {
+        if constexpr (std::is_same_v<T, bool>) {
+          out[i] = v.bools(i);
+        } else if constexpr (std::is_same_v<T, int64_t>) {
+          out[i] = v.ints(i);
+        } else {
+          out[i] = static_cast<T>(v.doubles(i));
+        }
+      }
+    });
+  }
+  return plan.device == kCPU ? host : host.To(plan.device);
+}
+
+// Pass one of Note [Validate before allocating]: counts and tensor plans, no allocation.
+class Census {
+ public:
+  Census(const graph::Limits& limits, const ChunkedRequest* chunked)
+      : limits_(limits), chunked_(chunked) {}
+
+  absl::Status CountGraph(const v1::Graph& g, int64_t depth, const std::string& scope) {
+    if (depth > limits_.max_nesting) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(scope, "checkpoint bodies nest deeper than the limit of ",
+                       limits_.max_nesting, " (--max_nesting)"));
+    }
+    leaves_ += g.leaves_size();
+    if (leaves_ > limits_.max_leaves) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the graph has more than ", limits_.max_leaves, " leaves (--max_leaves)"));
+    }
+    ops_ += g.ops_size();
+    if (ops_ > limits_.max_ops) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the graph has more than ", limits_.max_ops, " ops (--max_ops)"));
+    }
+    for (const v1::Leaf& leaf : g.leaves()) {
+      if (absl::Status s = CountTensor(
+              leaf.value(), [&] { return absl::StrCat(scope, "leaf '", leaf.name(), "'"); });
+          !s.ok()) {
+        return s;
+      }
+    }
+    for (int i = 0; i < g.ops_size(); ++i) {
+      const v1::Op& op = g.ops(i);
+      if (!op.has_body()) continue;
+      if (absl::Status s =
+              CountGraph(op.body(), depth + 1,
+                         absl::StrCat(scope, "in the body of ", DescribeOp(op, i), ": "));
+          !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CountTensor(const v1::Tensor& t, absl::FunctionRef<std::string()> what) {
+    absl::StatusOr<TensorPlan> plan = PlanTensor(t, limits_, chunked_, what);
+    if (!plan.ok()) return plan.status();
+    if (__builtin_add_overflow(bytes_, plan->nbytes, &bytes_) ||
+        bytes_ > limits_.max_memory_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(what(), ": the request's tensors need more than the limit of ",
+                       limits_.max_memory_bytes, " bytes per request (--max_memory_bytes)"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const graph::Limits& limits_;
+  const ChunkedRequest* const chunked_;
+  int64_t leaves_ = 0;
+  int64_t ops_ = 0;
+  int64_t bytes_ = 0;
+};
+
+std::string DescribeSeed(int call, const std::string& root) {
+  return absl::StrCat("call #", call, ": seed for root '", root, "'");
+}
+
+absl::StatusOr<ops::AttrValue> FromProto(const v1::AttrValue& v,
+                                         absl::FunctionRef<std::string()> what) {
+  switch (v.value_case()) {
+    case v1::AttrValue::kI:
+      return ops::AttrValue(v.i());
+    case v1::AttrValue::kF:
+      return ops::AttrValue(v.f());
+    case v1::AttrValue::kB:
+      return ops::AttrValue(v.b());
+    case v1::AttrValue::kS:
+      return ops::AttrValue(v.s());
+    case v1::AttrValue::kInts:
+      return ops::AttrValue(
+          std::vector<int64_t>(v.ints().values().begin(), v.ints().values().end()));
+    case v1::AttrValue::kFloats:
+      return ops::AttrValue(
+          std::vector<double>(v.floats().values().begin(), v.floats().values().end()));
+    case v1::AttrValue::kStrings:
+      return ops::AttrValue(
+          std::vector<std::string>(v.strings().values().begin(), v.strings().values().end()));
+    case v1::AttrValue::VALUE_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(what(), " has no value; set one of i, f, b, s, ints, floats, strings"));
+}
+
+// A leaf's value, made from the wire: pass two, as BuildGraph below.
+absl::StatusOr<Tensor> LeafValue(const v1::Leaf& leaf, const graph::Limits& limits,
+                                 const ChunkedRequest* chunked, const std::string& scope) {
+  absl::StatusOr<TensorPlan> plan = PlanTensor(leaf.value(), limits, chunked, [&] {
+    return absl::StrCat(scope, "leaf '", leaf.name(), "'");
+  });
+  if (!plan.ok()) return plan.status();
+  return MakeTensor(leaf.value(), *plan, chunked);
+}
+
+// Pass two: allocation. Only called once the census passed. Throws StatusError when an
+// allocation fails.
+absl::StatusOr<graph::Graph> BuildGraph(const v1::Graph& g, const graph::Limits& limits,
+                                        const ChunkedRequest* chunked, const std::string& scope) {
+  graph::Graph out;
+  out.inputs.assign(g.inputs().begin(), g.inputs().end());
+  out.outputs.assign(g.outputs().begin(), g.outputs().end());
+  out.leaves.reserve(g.leaves_size());
+  for (const v1::Leaf& leaf : g.leaves()) {
+    absl::StatusOr<Tensor> value = LeafValue(leaf, limits, chunked, scope);
+    if (!value.ok()) return value.status();
+    out.leaves.push_back(graph::Leaf{leaf.name(), *std::move(value), leaf.requires_grad()});
+  }
+  out.ops.reserve(g.ops_size());
+  for (int i = 0; i < g.ops_size(); ++i) {
+    const v1::Op& op = g.ops(i);
+    graph::Op& dst = out.ops.emplace_back();
+    dst.op = op.op();
+    dst.inputs.assign(op.inputs().begin(), op.inputs().end());
+    dst.outputs.assign(op.outputs().begin(), op.outputs().end());
+    dst.no_grad = op.no_grad();
+    for (const auto& [name, value] : op.attrs()) {
+      absl::StatusOr<ops::AttrValue> attr = FromProto(value, [&] {
+        return absl::StrCat(scope, DescribeOp(op, i), ": attribute '", name, "'");
+      });
+      if (!attr.ok()) return attr.status();
+      dst.attrs.set(name, *std::move(attr));
+    }
+    if (op.has_body()) {
+      absl::StatusOr<graph::Graph> body =
+          BuildGraph(op.body(), limits, chunked,
+                     absl::StrCat(scope, "in the body of ", DescribeOp(op, i), ": "));
+      if (!body.ok()) return body.status();
+      dst.body = std::make_shared<const graph::Graph>(*std::move(body));
+    }
+  }
+  return out;
+}
+
+// Doubles compare by their bits, so that -0 and 0 differ and a NaN equals itself.
+bool SameBits(double a, double b) {
+  return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b);
+}
+
+// Whether FromProto(wire) would be built's value.
+bool SameAttr(const v1::AttrValue& wire, const ops::AttrValue& built) {
+  switch (wire.value_case()) {
+    case v1::AttrValue::kI:
+      return std::holds_alternative<int64_t>(built) && std::get<int64_t>(built) == wire.i();
+    case v1::AttrValue::kF:
+      return std::holds_alternative<double>(built) && SameBits(std::get<double>(built), wire.f());
+    case v1::AttrValue::kB:
+      return std::holds_alternative<bool>(built) && std::get<bool>(built) == wire.b();
+    case v1::AttrValue::kS:
+      return std::holds_alternative<std::string>(built) && std::get<std::string>(built) == wire.s();
+    case v1::AttrValue::kInts:
+      return std::holds_alternative<std::vector<int64_t>>(built) &&
+             absl::c_equal(wire.ints().values(), std::get<std::vector<int64_t>>(built));
+    case v1::AttrValue::kFloats:
+      return std::holds_alternative<std::vector<double>>(built) &&
+             absl::c_equal(wire.floats().values(), std::get<std::vector<double>>(built), SameBits);
+    case v1::AttrValue::kStrings:
+      return std::holds_alternative<std::vector<std::string>>(built) &&
+             absl::c_equal(wire.strings().values(), std::get<std::vector<std::string>>(built));
+    case v1::AttrValue::VALUE_NOT_SET:
+      break;
+  }
+  return false;
+}
+
+bool SameOp(const v1::Op& wire, const graph::Op& built) {
+  if (wire.op() != built.op || wire.no_grad() != built.no_grad ||
+      !absl::c_equal(wire.inputs(), built.inputs) ||
+      !absl::c_equal(wire.outputs(), built.outputs) || wire.has_body() != (built.body != nullptr) ||
+      static_cast<size_t>(wire.attrs_size()) != built.attrs.values().size()) {
+    return false;
+  }
+  for (const auto& [name, value] : wire.attrs()) {
+    auto it = built.attrs.values().find(name);
+    if (it == built.attrs.values().end() || !SameAttr(value, it->second)) return false;
+  }
+  return !wire.has_body() || SameStructure(wire.body(), *built.body);
+}
+
+absl::StatusOr<graph::BackwardCall> BuildCall(const v1::BackwardCall& call, int index,
+                                              const graph::Limits& limits,
+                                              const ChunkedRequest* chunked) {
+  graph::BackwardCall out;
+  out.roots.assign(call.roots().begin(), call.roots().end());
+  out.inputs.assign(call.inputs().begin(), call.inputs().end());
+  out.accumulate_grad = call.accumulate_grad();
+  out.retain_graph = call.retain_graph();
+  out.create_graph = call.create_graph();
+  out.allow_unused = call.allow_unused();
+  out.materialize_grads = call.materialize_grads();
+  out.anomaly_mode = call.detect_anomaly();
+  if (call.seeds().empty()) return out;
+  out.seeds.resize(out.roots.size());
+  for (size_t r = 0; r < out.roots.size(); ++r) {
+    auto it = call.seeds().find(out.roots[r]);
+    if (it == call.seeds().end()) continue;
+    auto what = [&] { return DescribeSeed(index, out.roots[r]); };
+    absl::StatusOr<TensorPlan> plan = PlanTensor(it->second, limits, chunked, what);
+    if (!plan.ok()) return plan.status();
+    out.seeds[r] = MakeTensor(it->second, *plan, chunked);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<DType> FromProto(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_FLOAT32:
+      return DType::kFloat32;
+    case v1::DTYPE_FLOAT64:
+      return DType::kFloat64;
+    case v1::DTYPE_INT64:
+      return DType::kInt64;
+    case v1::DTYPE_BOOL:
+      return DType::kBool;
+    default:
+      return std::nullopt;
+  }
+}
+
+v1::DType ToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return v1::DTYPE_FLOAT32;
+    case DType::kFloat64:
+      return v1::DTYPE_FLOAT64;
+    case DType::kInt64:
+      return v1::DTYPE_INT64;
+    case DType::kBool:
+      return v1::DTYPE_BOOL;
+  }
+  return v1::DTYPE_UNSPECIFIED;
+}
+
+bool SameStructure(const v1::Graph& wire, const graph::Graph& built, bool compare_ops) {
+  if (!absl::c_equal(wire.inputs(), built.inputs) ||
+      !absl::c_equal(wire.outputs(), built.outputs) ||
+      static_cast<size_t>(wire.leaves_size()) != built.leaves.size() ||
+      static_cast<size_t>(wire.ops_size()) != built.ops.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < built.leaves.size(); ++i) {
+    const v1::Leaf& leaf = wire.leaves(static_cast<int>(i));
+    if (leaf.name() != built.leaves[i].name ||
+        leaf.requires_grad() != built.leaves[i].requires_grad) {
+      return false;
+    }
+  }
+  if (!compare_ops) return true;
+  for (size_t i = 0; i < built.ops.size(); ++i) {
+    if (!SameOp(wire.ops(static_cast<int>(i)), built.ops[i])) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const graph::Limits& limits,
+                                        const ChunkedRequest* chunked,
+                                        std::shared_ptr<graph::Graph> same_structure) {
+  // Pass one: nothing is allocated until the whole request is known to fit.
+  if (request.calls_size() > limits.max_backward_calls) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the request has ", request.calls_size(), " backward calls, over the limit of ",
+        limits.max_backward_calls, " (--max_backward_calls)"));
+  }
+  Census census(limits, chunked);
+  if (absl::Status s = census.CountGraph(request.graph(), 0, ""); !s.ok()) return s;
+  for (int c = 0; c < request.calls_size(); ++c) {
+    const v1::BackwardCall& call = request.calls(c);
+    absl::flat_hash_set<std::string> roots(call.roots().begin(), call.roots().end());
+    for (const auto& [root, seed] : call.seeds()) {
+      if (!roots.contains(root)) {
+        return absl::InvalidArgumentError(absl::StrCat("call #", c, ": seed given for '", root,
+                                                       "', which is not one of the call's roots"));
+      }
+      if (absl::Status s = census.CountTensor(seed, [&] { return DescribeSeed(c, root); }); !s.ok())
+        return s;
+    }
+  }
+
+  // Pass two.
+  try {
+    EngineRequest out;
+    if (same_structure != nullptr) {
+      // Only the top level's leaves (Note [Reusing a validated graph]).
+      for (int i = 0; i < request.graph().leaves_size(); ++i) {
+        absl::StatusOr<Tensor> value = LeafValue(request.graph().leaves(i), limits, chunked, "");
+        if (!value.ok()) return value.status();
+        same_structure->leaves[static_cast<size_t>(i)].value = *std::move(value);
+      }
+      out.graph = std::move(same_structure);
+    } else {
+      absl::StatusOr<graph::Graph> g = BuildGraph(request.graph(), limits, chunked, "");
+      if (!g.ok()) return g.status();
+      out.graph = std::make_shared<graph::Graph>(*std::move(g));
+    }
+    out.calls.reserve(request.calls_size());
+    for (int c = 0; c < request.calls_size(); ++c) {
+      absl::StatusOr<graph::BackwardCall> call = BuildCall(request.calls(c), c, limits, chunked);
+      if (!call.ok()) return call.status();
+      out.calls.push_back(*std::move(call));
+    }
+    return out;
+  } catch (const StatusError& e) {
+    return e.status();
+  }
+}
+
+void ToProto(const Tensor& tensor, v1::Tensor* out, ChunkedResponse* deferred) {
+  if (!tensor.defined()) return;
+  out->set_dtype(ToProto(tensor.dtype()));
+  out->mutable_shape()->Assign(tensor.shape().begin(), tensor.shape().end());
+  out->set_device(DeviceName(tensor.device()));
+  Tensor host = (tensor.device().is_cpu() ? tensor : tensor.To(kCPU)).contiguous();
+  if (deferred != nullptr && ChunkedResponse::Defers(host.nbytes())) {
+    deferred->Defer(std::move(host), out);
+    return;
+  }
+  out->mutable_data()->assign(static_cast<const char*>(host.raw_data()), host.nbytes());
+}
+
+}  // namespace gradserve::server

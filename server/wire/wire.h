@@ -1,0 +1,70 @@
+// Translation between gradserve.v1 messages and the engine's structures.
+//
+// Note [Validate before allocating]
+// A request is checked in two passes. The first (the census) reads only the proto: counts of
+// ops, leaves, calls and nesting against the limits, and for every tensor its dtype, its shape
+// (overflow-checked), its byte or value count, its device, and the sum of all tensors' bytes
+// against the per-request memory limit. Only when all of that passes does the second pass
+// allocate tensors and build the graph. So no request, however malformed, makes the server
+// allocate more than the limits allow. Ops, names and attributes are the interpreter's to
+// check (graph::Validate, run by RecordedGraph::Record).
+
+#ifndef GRADSERVE_SERVER_WIRE_WIRE_H_
+#define GRADSERVE_SERVER_WIRE_WIRE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/graph/graph.h"
+#include "engine/graph/interpreter.h"
+#include "engine/tensor/tensor.h"
+#include "gradserve/v1/gradserve.pb.h"
+#include "server/wire/chunked_request.h"
+
+namespace gradserve::server {
+
+// A request in the engine's terms.
+struct EngineRequest {
+  std::shared_ptr<graph::Graph> graph;  // never null
+  std::vector<graph::BackwardCall> calls;
+};
+
+// Checks the request against limits (Note [Validate before allocating]), then builds the graph
+// and calls. chunked, if not null, is the streamed request that request was parsed from, which
+// holds the bytes of its big tensors (Note [Tensor bytes left in the chunks]); tensors may
+// adopt them. same_structure, if not null, is a graph without checkpoint bodies for which
+// SameStructure(request.graph(), *same_structure) holds, and which nothing else uses: its
+// leaves take the request's values and it becomes the result's graph, instead of a new one
+// (Note [Reusing a validated graph] in server/run/graph_cache.h). Errors: INVALID_ARGUMENT for
+// malformed content, RESOURCE_EXHAUSTED past a limit; each message names the leaf, op, call or
+// seed and the field involved.
+absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const graph::Limits& limits,
+                                        const ChunkedRequest* chunked = nullptr,
+                                        std::shared_ptr<graph::Graph> same_structure = nullptr);
+
+// Whether FromProto would build, from wire, a graph equal to built in everything but its leaves'
+// values: the same leaf names and requires_grad flags, and the same ops, with the same names,
+// attributes (floats compared bit for bit) and no_grad flags, and the same bodies. So Validate's
+// verdict on built holds for that graph, but for its leaves' values (ValidateLeafValues).
+// compare_ops false skips the comparison of the ops (their count still counts): for a caller
+// that knows wire's ops to be the very ones built was made from, or ones equal to them
+// (Note [Reusing a validated graph] in server/run/graph_cache.h).
+bool SameStructure(const v1::Graph& wire, const graph::Graph& built, bool compare_ops = true);
+
+// Copies a tensor (any device, any layout) into a wire tensor with raw bytes. An undefined
+// tensor leaves out untouched. With deferred (a streamed response), the bytes of a big tensor
+// are not copied into out but left to deferred, which writes them into the outgoing chunks
+// (Note [Tensor bytes left in the chunks]). Throws StatusError if the device copy fails.
+void ToProto(const Tensor& tensor, v1::Tensor* out, ChunkedResponse* deferred = nullptr);
+
+// Conversions between the two dtype enums; FromProto's is nullopt for values outside
+// float32, float64, int64 and bool.
+std::optional<DType> FromProto(v1::DType dtype);
+v1::DType ToProto(DType dtype);
+
+}  // namespace gradserve::server
+
+#endif  // GRADSERVE_SERVER_WIRE_WIRE_H_

@@ -1,0 +1,362 @@
+// ComputeGradientsStream without joining chunks: the request parsed from its chunks with big
+// tensor bytes left in place, the response spliced from the engine's tensors into its chunks
+// (Note [Tensor bytes left in the chunks], Note [Zero-copy streaming]), and the stream limits.
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/chunking.h"
+#include "server/wire/chunked_request.h"
+#include "server/wire/wire.h"
+#include "tests/server/test_util.h"
+
+namespace gradserve::testing {
+namespace {
+
+using ::testing::ElementsAre;
+
+std::vector<float> Ramp(int n, float scale) {
+  std::vector<float> v(n);
+  for (int i = 0; i < n; ++i) v[i] = static_cast<float>(i % 997) * scale - 3;
+  return v;
+}
+
+// Cuts bytes into chunks of the given sizes, cycling through them.
+server::ChunkedRequest Cut(const std::string& bytes, const std::vector<size_t>& sizes) {
+  server::ChunkedRequest chunked;
+  size_t offset = 0;
+  for (size_t i = 0; offset < bytes.size(); ++i) {
+    const size_t n = std::min(sizes[i % sizes.size()], bytes.size() - offset);
+    chunked.Append(bytes.substr(offset, n));
+    offset += n;
+  }
+  return chunked;
+}
+
+std::string Gather(const server::ChunkedRequest::Bytes& bytes) {
+  std::string out;
+  for (const auto& piece : bytes.pieces) out.append(piece.data(), piece.size);
+  return out;
+}
+
+// A request with big tensors in a leaf, in a checkpoint body's leaf and in a seed (a map
+// value), and a small one that stays inline.
+v1::GradRequest BigRequest(int n) {
+  RequestBuilder b;
+  b.Leaf("x", HostTensor::Float32(Ramp(n, 0.5f), {n}), true)
+      .Leaf("small", HostTensor::Float32({1, 2, 3}, {3}))
+      .Op("mul", {"x"}, {"y"}, {{"other", client::FloatAttr(3)}});
+  v1::BackwardCall& call = b.Grad({"y"}, {"x"});
+  HostTensor::Float32(Ramp(n, 0.25f), {n}).ToProto(&(*call.mutable_seeds())["y"]);
+  b.ReturnValue("y");
+  return b.request();
+}
+
+TEST(ChunkedRequestTest, BigTensorBytesStayInTheChunksAcrossOddBoundaries) {
+  const int n = 10007;  // 40 028 bytes: over kMinExternalBytes
+  const v1::GradRequest request = BigRequest(n);
+  const std::string bytes = request.SerializeAsString();
+  for (const std::vector<size_t>& sizes :
+       std::vector<std::vector<size_t>>{{1}, {7, 3}, {333}, {4096, 1, 13}, {bytes.size()}}) {
+    server::ChunkedRequest chunked = Cut(bytes, sizes);
+    v1::GradRequest parsed;
+    ASSERT_TRUE(chunked.Parse(&parsed).ok()) << sizes[0];
+    const v1::Tensor& x = parsed.graph().leaves(0).value();
+    const server::ChunkedRequest::Bytes* x_bytes = chunked.Find(x);
+    ASSERT_NE(x_bytes, nullptr);
+    EXPECT_EQ(Gather(*x_bytes), request.graph().leaves(0).value().data());
+    const v1::Tensor& seed = parsed.calls(0).seeds().at("y");
+    ASSERT_NE(chunked.Find(seed), nullptr);
+    EXPECT_EQ(Gather(*chunked.Find(seed)), request.calls(0).seeds().at("y").data());
+    // The small tensor is inline, and everything else is as sent.
+    EXPECT_EQ(chunked.Find(parsed.graph().leaves(1).value()), nullptr);
+    v1::GradRequest expected = request;
+    expected.mutable_graph()->mutable_leaves(0)->mutable_value()->clear_data();
+    (*expected.mutable_calls(0)->mutable_seeds())["y"].clear_data();
+    v1::GradRequest skeleton = parsed;
+    skeleton.mutable_graph()->mutable_leaves(0)->mutable_value()->DiscardUnknownFields();
+    (*skeleton.mutable_calls(0)->mutable_seeds())["y"].DiscardUnknownFields();
+    expected.mutable_graph()->mutable_leaves(0)->mutable_value()->set_data("");
+    (*expected.mutable_calls(0)->mutable_seeds())["y"].set_data("");
+    EXPECT_EQ(skeleton.SerializeAsString(), expected.SerializeAsString());
+
+    // The engine's tensors get the same values as from the unary form.
+    absl::StatusOr<server::EngineRequest> engine =
+        server::FromProto(parsed, graph::Limits(), &chunked);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    const Tensor& leaf = engine->graph->leaves[0].value;
+    ASSERT_EQ(leaf.numel(), n);
+    EXPECT_EQ(std::memcmp(leaf.raw_data(), request.graph().leaves(0).value().data().data(),
+                          leaf.nbytes()),
+              0);
+    // One piece: adopted where it lies, if aligned; several: gathered into a tensor of its own.
+    if (x_bytes->pieces.size() > 1) {
+      EXPECT_FALSE(leaf.storage()->adopted());
+    }
+  }
+}
+
+TEST(ChunkedRequestTest, LastDataFieldWinsAndClientMarkersAreDropped) {
+  v1::Tensor t;
+  t.set_dtype(v1::DTYPE_FLOAT32);
+  t.add_shape(1);
+  // A client's own marker field, a big data field, then an inline one that replaces it.
+  t.GetReflection()->MutableUnknownFields(&t)->AddVarint(server::ChunkedRequest::kExternalDataField,
+                                                         1);
+  std::string wire = t.SerializeAsString();
+  v1::Tensor big;
+  big.set_data(std::string(server::ChunkedRequest::kMinExternalBytes, 'a'));
+  v1::Tensor small;
+  small.set_data(std::string("\0\0\x80\x3f", 4));  // 1.0f
+  wire += big.SerializeAsString() + small.SerializeAsString();
+  v1::GradRequest request;
+  v1::Leaf* leaf = request.mutable_graph()->add_leaves();
+  leaf->set_name("x");
+  const std::string leaf_head = leaf->SerializeAsString();
+  // Leaf{name, value=wire}, inside GradRequest.graph.leaves.
+  std::string leaf_bytes = leaf_head;
+  leaf_bytes += '\x12';  // Leaf.value, length-delimited
+  google::protobuf::io::StringOutputStream sink(&leaf_bytes);
+  {
+    google::protobuf::io::CodedOutputStream out(&sink);
+    out.WriteVarint32(static_cast<uint32_t>(wire.size()));
+    out.WriteString(wire);
+  }
+  v1::Graph graph_shell;
+  std::string graph_bytes = "\x12";  // Graph.leaves
+  {
+    google::protobuf::io::StringOutputStream s(&graph_bytes);
+    google::protobuf::io::CodedOutputStream out(&s);
+    out.WriteVarint32(static_cast<uint32_t>(leaf_bytes.size()));
+    out.WriteString(leaf_bytes);
+  }
+  std::string request_bytes = "\x12";  // GradRequest.graph
+  {
+    google::protobuf::io::StringOutputStream s(&request_bytes);
+    google::protobuf::io::CodedOutputStream out(&s);
+    out.WriteVarint32(static_cast<uint32_t>(graph_bytes.size()));
+    out.WriteString(graph_bytes);
+  }
+  v1::GradRequest direct;
+  ASSERT_TRUE(direct.ParseFromString(request_bytes));
+  ASSERT_EQ(direct.graph().leaves(0).value().data().size(), 4u);
+
+  server::ChunkedRequest chunked = Cut(request_bytes, {5});
+  v1::GradRequest parsed;
+  ASSERT_TRUE(chunked.Parse(&parsed).ok());
+  const v1::Tensor& value = parsed.graph().leaves(0).value();
+  EXPECT_EQ(value.data(), direct.graph().leaves(0).value().data());
+  EXPECT_EQ(chunked.Find(value), nullptr);
+}
+
+// Messages within messages are rewritten in place, their lengths patched: a big leaf at the
+// bottom of nested checkpoint bodies comes through, and nesting past protobuf's limit is refused.
+TEST(ChunkedRequestTest, NestedMessagesKeepTheirBytesAndDepthIsBounded) {
+  auto nested = [](int depth) {
+    v1::GradRequest request;
+    v1::Graph* g = request.mutable_graph();
+    for (int i = 0; i < depth; ++i) {
+      v1::Op* op = g->add_ops();
+      op->set_op("checkpoint");
+      g = op->mutable_body();
+    }
+    v1::Leaf* leaf = g->add_leaves();
+    leaf->set_name("deep");
+    HostTensor::Float32(Ramp(5000, 1), {5000}).ToProto(leaf->mutable_value());
+    return request;
+  };
+  const v1::GradRequest request = nested(40);
+  server::ChunkedRequest chunked = Cut(request.SerializeAsString(), {999});
+  v1::GradRequest parsed;
+  ASSERT_TRUE(chunked.Parse(&parsed).ok());
+  const v1::Graph* g = &parsed.graph();
+  const v1::Graph* original = &request.graph();
+  for (int i = 0; i < 40; ++i) {
+    g = &g->ops(0).body();
+    original = &original->ops(0).body();
+  }
+  ASSERT_NE(chunked.Find(g->leaves(0).value()), nullptr);
+  EXPECT_EQ(Gather(*chunked.Find(g->leaves(0).value())), original->leaves(0).value().data());
+
+  server::ChunkedRequest too_deep = Cut(nested(60).SerializeAsString(), {999});
+  absl::Status s = too_deep.Parse(&parsed);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "nested too deep")) << s;
+}
+
+TEST(ChunkedRequestTest, MalformedStreamsAreInvalidArgument) {
+  const std::string bytes = BigRequest(5000).SerializeAsString();
+  for (size_t cut : {size_t{1}, size_t{7}, bytes.size() / 2, bytes.size() - 1}) {
+    server::ChunkedRequest chunked = Cut(bytes.substr(0, cut), {100});
+    v1::GradRequest parsed;
+    absl::Status s = chunked.Parse(&parsed);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << cut;
+    EXPECT_TRUE(absl::StrContains(s.message(), "malformed")) << s;
+  }
+  server::ChunkedRequest group = Cut(std::string("\x0b\x0c", 2), {1});  // a group
+  v1::GradRequest parsed;
+  EXPECT_EQ(group.Parse(&parsed).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ChunkedResponseTest, BigTensorsAreSplicedIntoTheChunks) {
+  const int n = 12345;
+  const Tensor grad = Tensor::FromVector(Ramp(n, 2), {n});
+  v1::GradResponse response;
+  response.set_request_id("r");
+  server::ChunkedResponse deferred;
+  server::ToProto(grad, response.add_calls()->add_gradients()->mutable_value(), &deferred);
+  v1::Gradient* small = response.mutable_calls(0)->add_gradients();
+  server::ToProto(Tensor::FromVector<float>({1, 2}, {2}), small->mutable_value(), &deferred);
+  response.mutable_calls(0)->mutable_gradients(0)->set_name("x");
+  response.set_num_nodes(3);
+
+  v1::GradResponse expected = response;
+  v1::Tensor* expected_value = expected.mutable_calls(0)->mutable_gradients(0)->mutable_value();
+  expected_value->DiscardUnknownFields();  // the marker
+  server::ToProto(grad, expected_value);
+  for (int64_t chunk_bytes : {int64_t{1000}, int64_t{4097}, int64_t{1} << 20}) {
+    std::vector<std::string> chunks;
+    ASSERT_TRUE(deferred.Serialize(response, chunk_bytes, &chunks));
+    size_t total = 0;
+    for (const std::string& c : chunks) {
+      EXPECT_LE(c.size(), static_cast<size_t>(chunk_bytes));
+      total += c.size();
+    }
+    EXPECT_EQ(total, deferred.SerializedSize(response));
+    EXPECT_EQ(total, expected.ByteSizeLong());
+    v1::GradResponse parsed;
+    ASSERT_TRUE(chunking::ParseFromChunks(chunks, &parsed));
+    const v1::Tensor& value = parsed.calls(0).gradients(0).value();
+    EXPECT_EQ(value.data(), expected.calls(0).gradients(0).value().data());
+    EXPECT_EQ(value.shape(0), n);
+    EXPECT_EQ(parsed.calls(0).gradients(1).value().data().size(), 8u);
+    EXPECT_EQ(parsed.num_nodes(), 3);
+  }
+}
+
+TEST(ChunkingTest, SerializeAndParseAcrossChunkSizes) {
+  v1::GradRequest request = BigRequest(3001);
+  for (int64_t chunk_bytes : {int64_t{1}, int64_t{17}, int64_t{65536}}) {
+    std::vector<std::string> chunks;
+    ASSERT_TRUE(chunking::SerializeToChunks(request, chunk_bytes, &chunks));
+    for (const std::string& c : chunks) EXPECT_LE(c.size(), static_cast<size_t>(chunk_bytes));
+    v1::GradRequest parsed;
+    ASSERT_TRUE(chunking::ParseFromChunks(chunks, &parsed));
+    EXPECT_EQ(parsed.SerializeAsString(), request.SerializeAsString());
+  }
+  std::vector<std::string> chunks;
+  ASSERT_TRUE(chunking::SerializeToChunks(v1::GradResponse(), 10, &chunks));
+  EXPECT_THAT(chunks, ElementsAre(""));
+}
+
+TEST(ChunkingTest, BufferPoolKeepsBigBuffersWithinItsBound) {
+  chunking::BufferPool pool;
+  EXPECT_EQ(pool.Take().capacity(), std::string().capacity());  // empty pool: a plain string
+  std::string small;
+  small.reserve(100);
+  pool.Give(std::move(small));  // too small to keep
+  EXPECT_LT(pool.Take().capacity(), chunking::BufferPool::kMinBytes);
+  std::string big(chunking::BufferPool::kMinBytes * 2, 'x');
+  const char* buffer = big.data();
+  pool.Give(std::move(big));
+  std::string reused = pool.Take();
+  EXPECT_TRUE(reused.empty());
+  EXPECT_EQ(reused.data(), buffer);
+  // No more than kPoolBytes are kept.
+  const size_t each = chunking::BufferPool::kMaxBytes;
+  const size_t fits = chunking::BufferPool::kPoolBytes / each;
+  for (size_t i = 0; i < fits + 2; ++i) {
+    std::string s;
+    s.reserve(each);
+    pool.Give(std::move(s));
+  }
+  size_t kept = 0;
+  while (pool.Take().capacity() >= chunking::BufferPool::kMinBytes) ++kept;
+  EXPECT_EQ(kept, fits);
+}
+
+// End to end: many small, odd-sized chunks each way, through the real client and server.
+TEST(StreamingTest, MultiChunkRequestAndResponseRoundTrip) {
+  server::ServerOptions options = TestOptions();
+  options.chunk_bytes = 3001;
+  TestServer server(options);
+  client::ClientOptions client_options;
+  client_options.chunk_bytes = 1013;
+  auto client = client::Client::Connect(server.target(), client_options);
+  const int n = 20011;
+  const v1::GradRequest request = BigRequest(n);
+  client::CallOptions stream;
+  stream.transport = client::CallOptions::Transport::kStream;
+  absl::StatusOr<client::GradResult> r = client->Grad(request, stream);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::vector<float> x = Ramp(n, 0.5f), seed = Ramp(n, 0.25f);
+  const std::vector<double> g = r->calls[0].gradients[0].value->ToDoubles();
+  const std::vector<double> y = r->values[0].second.ToDoubles();
+  ASSERT_EQ(g.size(), static_cast<size_t>(n));
+  ASSERT_EQ(y.size(), static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(g[i], static_cast<float>(3 * seed[i])) << i;
+    ASSERT_EQ(y[i], static_cast<float>(3 * x[i])) << i;
+  }
+}
+
+TEST(StreamingTest, BoolBytesAcrossChunksAreChecked) {
+  TestServer server;
+  const int n = 40000;
+  std::vector<bool> mask(n, true);
+  RequestBuilder b;
+  b.Leaf("x", HostTensor::Float32(std::vector<float>(n, 1), {n}), true)
+      .Leaf("m", HostTensor::Bool(mask, {n}))
+      .Op("where", {"m", "x", "x"}, {"y"})
+      .Op("sum", {"y"}, {"loss"});
+  b.Grad({"loss"}, {"x"});
+  (*b.mutable_request()->mutable_graph()->mutable_leaves(1)->mutable_value()->mutable_data())[n -
+                                                                                              2] =
+      2;
+  client::CallOptions stream;
+  stream.transport = client::CallOptions::Transport::kStream;
+  absl::StatusOr<v1::GradResponse> r = server.client().ComputeGradients(b.request(), stream);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), absl::StrCat("byte ", n - 2))) << r.status();
+}
+
+// Sends chunks by hand, with the total_bytes claimed; returns the call's status.
+grpc::Status SendChunks(TestServer& server, int64_t claimed_total, int chunks, size_t chunk_size) {
+  auto stub = v1::GradService::NewStub(server.client().channel());
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stream = stub->ComputeGradientsStream(&context);
+  v1::Chunk chunk;
+  for (int i = 0; i < chunks; ++i) {
+    chunk.Clear();
+    if (i == 0) chunk.set_total_bytes(claimed_total);
+    chunk.set_data(std::string(chunk_size, '\0'));
+    if (!stream->Write(chunk)) break;
+  }
+  stream->WritesDone();
+  while (stream->Read(&chunk)) {
+  }
+  return stream->Finish();
+}
+
+TEST(StreamingTest, OversizedStreamsAreRefusedWhateverTheyClaim) {
+  server::ServerOptions options = TestOptions();
+  options.max_request_bytes = 1 << 20;
+  TestServer server(options);
+  // Claims to be small, then sends more than the limit.
+  grpc::Status lying = SendChunks(server, 100, 12, 100 << 10);
+  EXPECT_EQ(lying.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << lying.error_message();
+  EXPECT_TRUE(absl::StrContains(lying.error_message(), "--max_request_bytes"));
+  // Claims more than the limit (nothing is reserved for it): refused on the first chunk.
+  grpc::Status huge = SendChunks(server, int64_t{1} << 40, 1, 10);
+  EXPECT_EQ(huge.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << huge.error_message();
+  EXPECT_TRUE(CheckSquareWorks(server.client()).ok());
+}
+
+}  // namespace
+}  // namespace gradserve::testing
