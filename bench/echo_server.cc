@@ -20,11 +20,11 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/echo.grpc.pb.h"
-#include "engine/util/flag_arguments.h"
-#include "engine/util/process_start.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "program/flag_arguments.h"
+#include "program/process_start.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port to serve on; port 0 picks a free one.");
 ABSL_FLAG(int, work_us, 0,

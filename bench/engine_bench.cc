@@ -34,9 +34,9 @@
 #include "engine/ops/reductions.h"
 #include "engine/tensor/memory_budget.h"
 #include "engine/tensor/tensor.h"
-#include "engine/util/flag_arguments.h"
-#include "engine/util/host_malloc.h"
-#include "engine/util/process_start.h"
+#include "program/flag_arguments.h"
+#include "program/host_malloc.h"
+#include "program/process_start.h"
 
 ABSL_FLAG(std::string, scenario, "all",
           "Comma-separated: chain_10k, fanin_2k, mlp, mlp_big (batch 4096, width 4096, depth 4: "

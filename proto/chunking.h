@@ -82,7 +82,7 @@ bool ParseFromChunks(const std::vector<std::string>& chunks,
                      google::protobuf::MessageLite* message);
 
 // Note [Chunk buffer pool]
-// Even with malloc tuned (Note [Malloc tuning] in engine/util/host_malloc.h), glibc unmaps a
+// Even with malloc tuned (Note [Malloc tuning] in program/host_malloc.h), glibc unmaps a
 // thread arena's whole 64 MiB heaps once they are free, so the chunk strings of one big call
 // (allocated on one thread, freed on another) were faulted in afresh by the next. The server keeps
 // their buffers instead: a freed chunk string goes to a process-wide pool, bounded to kPoolBytes of

@@ -9,8 +9,8 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "client/cli/command.h"
-#include "engine/util/flag_arguments.h"
-#include "engine/util/process_start.h"
+#include "program/flag_arguments.h"
+#include "program/process_start.h"
 
 namespace gradserve::cli {
 

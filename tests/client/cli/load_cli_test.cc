@@ -94,7 +94,7 @@ TEST(LoadCliTest, RefusesBadAndUnboundedSettings) {
   EXPECT_NE(down.err.find("UNAVAILABLE"), std::string::npos) << down.err;
 }
 
-// Note [Flag spelling] (engine/util/flag_arguments.h): hyphens or underscores in flag names.
+// Note [Flag spelling] (program/flag_arguments.h): hyphens or underscores in flag names.
 TEST(LoadCliTest, FlagNamesMayBeWrittenWithHyphens) {
   LocalServer server;
   CliRun run = RunCli(absl::StrCat("--target=", server.target(),
@@ -108,7 +108,7 @@ TEST(LoadCliTest, FlagNamesMayBeWrittenWithHyphens) {
   EXPECT_NE(unknown.err.find("no-such-flag"), std::string::npos) << unknown.err;
 }
 
-// Note [Flags checked first] (engine/util/flag_arguments.h): a bad flag is a usage error, exit
+// Note [Flags checked first] (program/flag_arguments.h): a bad flag is a usage error, exit
 // status 2, named, before any call is made; so is another command's flag.
 TEST(LoadCliTest, BadFlagsExitTwoNamingThem) {
   const struct {

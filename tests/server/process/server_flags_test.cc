@@ -53,7 +53,7 @@ TEST(ServerFlagsTest, BadFlagValuesStopTheBinaryWithAMessage) {
   }
 }
 
-// Note [Flag spelling] (engine/util/flag_arguments.h): --grace-period is --grace_period; a name
+// Note [Flag spelling] (program/flag_arguments.h): --grace-period is --grace_period; a name
 // that is no flag either way still stops the server, named as typed.
 TEST(ServerFlagsTest, FlagNamesMayBeWrittenWithHyphens) {
   {

@@ -1,8 +1,8 @@
-// Note [Flag spelling] and Note [Flags checked first] (engine/util/flag_arguments.h): which
+// Note [Flag spelling] and Note [Flags checked first] (program/flag_arguments.h): which
 // arguments FlagArguments rewrites, and which it refuses. The executables' own tests
 // (ServerFlagsTest, LoadCliTest) parse such arguments end to end.
 
-#include "engine/util/flag_arguments.h"
+#include "program/flag_arguments.h"
 
 #include <string>
 #include <vector>

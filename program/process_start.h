@@ -3,11 +3,11 @@
 // that the benchmarks run under the settings the server runs under. Header-only, so that the
 // client tool and the echo server, which do not link the engine, share it.
 
-#ifndef GRADSERVE_ENGINE_UTIL_PROCESS_START_H_
-#define GRADSERVE_ENGINE_UTIL_PROCESS_START_H_
+#ifndef GRADSERVE_PROGRAM_PROCESS_START_H_
+#define GRADSERVE_PROGRAM_PROCESS_START_H_
 
 #include "absl/synchronization/mutex.h"
-#include "engine/util/host_malloc.h"
+#include "program/host_malloc.h"
 
 namespace gradserve {
 
@@ -29,4 +29,4 @@ inline void StartProcess() {
 
 }  // namespace gradserve
 
-#endif  // GRADSERVE_ENGINE_UTIL_PROCESS_START_H_
+#endif  // GRADSERVE_PROGRAM_PROCESS_START_H_

@@ -31,8 +31,8 @@
 // Thread safety: call ParseFlags (or make a FlagArguments) in main, after the flags are
 // registered (static initialization) and before any thread reads them.
 
-#ifndef GRADSERVE_ENGINE_UTIL_FLAG_ARGUMENTS_H_
-#define GRADSERVE_ENGINE_UTIL_FLAG_ARGUMENTS_H_
+#ifndef GRADSERVE_PROGRAM_FLAG_ARGUMENTS_H_
+#define GRADSERVE_PROGRAM_FLAG_ARGUMENTS_H_
 
 #include <algorithm>
 #include <cstdio>
@@ -206,4 +206,4 @@ inline std::optional<std::vector<std::string>> ParseFlags(int argc, char** argv,
 
 }  // namespace gradserve
 
-#endif  // GRADSERVE_ENGINE_UTIL_FLAG_ARGUMENTS_H_
+#endif  // GRADSERVE_PROGRAM_FLAG_ARGUMENTS_H_

@@ -4,8 +4,8 @@
 // An executable that links mimalloc says so with GRADSERVE_USE_MIMALLOC=1 (CMake's
 // gradserve_process_malloc).
 
-#ifndef GRADSERVE_ENGINE_UTIL_HOST_MALLOC_H_
-#define GRADSERVE_ENGINE_UTIL_HOST_MALLOC_H_
+#ifndef GRADSERVE_PROGRAM_HOST_MALLOC_H_
+#define GRADSERVE_PROGRAM_HOST_MALLOC_H_
 
 #include <malloc.h>
 
@@ -75,4 +75,4 @@ inline void TuneProcessMalloc() {
 
 }  // namespace gradserve
 
-#endif  // GRADSERVE_ENGINE_UTIL_HOST_MALLOC_H_
+#endif  // GRADSERVE_PROGRAM_HOST_MALLOC_H_
