@@ -294,7 +294,9 @@ class Interpreter {
     recorded->slots_ = std::move(slots);
     recorded->limits_ = limits;
     recorded->cancel_ = cancel;
-    recorded->budget_ = std::make_shared<MemoryBudget>(limits.max_memory_bytes);
+    // Within the budget of the caller's thread, if any (Note [Budgets within a budget]).
+    recorded->budget_ = std::make_shared<MemoryBudget>(
+        limits.max_memory_bytes, CurrentMemoryBudget(), "request memory limit");
     absl::Status status = CatchAll([&]() -> absl::Status {
       MemoryBudgetScope budget_scope(recorded->budget_);
       autograd::GradModeGuard grad_mode(true);

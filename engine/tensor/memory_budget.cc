@@ -10,17 +10,41 @@ const std::shared_ptr<MemoryBudget> kNoBudget;
 thread_local const std::shared_ptr<MemoryBudget>* current_budget = &kNoBudget;
 }  // namespace
 
-void MemoryBudget::Charge(int64_t bytes) {
+absl::Status MemoryBudget::TryCharge(int64_t bytes) {
   const int64_t now = used_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
   if (now > limit_) {
     used_.fetch_sub(bytes, std::memory_order_relaxed);
-    ThrowStatus(absl::ResourceExhaustedError(
-        absl::StrCat("request memory limit exceeded: allocating ", bytes, " bytes with ",
-                     now - bytes, " in use would pass the limit of ", limit_, " bytes")));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what_, " exceeded: allocating ", bytes, " bytes with ", now - bytes,
+                     " in use would pass the limit of ", limit_, " bytes"));
+  }
+  if (parent_ != nullptr) {
+    if (absl::Status s = parent_->TryCharge(bytes); !s.ok()) {
+      used_.fetch_sub(bytes, std::memory_order_relaxed);
+      return s;
+    }
   }
   int64_t peak = peak_.load(std::memory_order_relaxed);
   while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
+  return absl::OkStatus();
+}
+
+void MemoryBudget::Charge(int64_t bytes) {
+  if (absl::Status s = TryCharge(bytes); !s.ok()) ThrowStatus(std::move(s));
+}
+
+absl::Status MemoryReservation::Grow(int64_t bytes) {
+  if (budget_ != nullptr && bytes > 0) {
+    if (absl::Status s = budget_->TryCharge(bytes); !s.ok()) return s;
+  }
+  bytes_ += bytes;
+  return absl::OkStatus();
+}
+
+void MemoryReservation::Reset() {
+  if (budget_ != nullptr && bytes_ > 0) budget_->Release(bytes_);
+  bytes_ = 0;
 }
 
 const std::shared_ptr<MemoryBudget>& CurrentMemoryBudget() { return *current_budget; }

@@ -7,6 +7,15 @@
 // budget around each node it evaluates, on whatever thread that is. A charge over the limit
 // throws StatusError(RESOURCE_EXHAUSTED) before the memory is taken, so no client can make the
 // server allocate without bound.
+//
+// Note [Budgets within a budget]
+// A budget may have a parent, which every charge and release also reaches: the server makes one
+// budget for the whole process (--max_server_memory_bytes) and installs it on the threads that
+// run requests, and the interpreter makes each request's budget a child of the budget current
+// where the request starts. So a tensor counts against its request's limit and the server's at
+// once, and the error names whichever limit it passed. What is not a tensor but holds memory
+// for a request (an upload's buffered bytes, a response being serialized) is charged with a
+// MemoryReservation.
 
 #ifndef GRADSERVE_ENGINE_TENSOR_MEMORY_BUDGET_H_
 #define GRADSERVE_ENGINE_TENSOR_MEMORY_BUDGET_H_
@@ -15,6 +24,10 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
 
 namespace gradserve {
 
@@ -23,19 +36,64 @@ class MemoryBudget {
  public:
   explicit MemoryBudget(int64_t limit_bytes = std::numeric_limits<int64_t>::max())
       : limit_(limit_bytes) {}
+  // A budget within parent (Note [Budgets within a budget]); `what` names the limit in errors,
+  // e.g. "server memory limit (--max_server_memory_bytes)". parent may be null.
+  MemoryBudget(int64_t limit_bytes, std::shared_ptr<MemoryBudget> parent, std::string what)
+      : limit_(limit_bytes), parent_(std::move(parent)), what_(std::move(what)) {}
 
-  // Adds bytes, or throws RESOURCE_EXHAUSTED (and adds nothing) if that passes the limit.
+  // Adds bytes here and to every parent, or throws RESOURCE_EXHAUSTED naming the limit it would
+  // pass (and adds nothing anywhere).
   void Charge(int64_t bytes);
-  void Release(int64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
+  // Like Charge, but returns the error instead of throwing it.
+  absl::Status TryCharge(int64_t bytes);
+  void Release(int64_t bytes) {
+    used_.fetch_sub(bytes, std::memory_order_relaxed);
+    if (parent_ != nullptr) parent_->Release(bytes);
+  }
 
   int64_t used() const { return used_.load(std::memory_order_relaxed); }
   int64_t peak() const { return peak_.load(std::memory_order_relaxed); }
   int64_t limit() const { return limit_; }
+  const std::shared_ptr<MemoryBudget>& parent() const { return parent_; }
 
  private:
   const int64_t limit_;
+  const std::shared_ptr<MemoryBudget> parent_;
+  const std::string what_ = "request memory limit";
   std::atomic<int64_t> used_{0};
   std::atomic<int64_t> peak_{0};
+};
+
+// Bytes charged to a budget for as long as the reservation lives: memory a request holds that
+// is not a tensor (Note [Budgets within a budget]). Movable; releases on destruction.
+//
+// Thread safety: one reservation is used by one thread at a time; its budget may be shared.
+class MemoryReservation {
+ public:
+  MemoryReservation() = default;
+  // Reserves nothing yet from budget (which may be null: then nothing is ever counted).
+  explicit MemoryReservation(std::shared_ptr<MemoryBudget> budget) : budget_(std::move(budget)) {}
+  ~MemoryReservation() { Reset(); }
+  MemoryReservation(MemoryReservation&& other) noexcept
+      : budget_(std::move(other.budget_)), bytes_(std::exchange(other.bytes_, 0)) {}
+  MemoryReservation& operator=(MemoryReservation&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      budget_ = std::move(other.budget_);
+      bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+  }
+
+  // Reserves bytes more, or returns RESOURCE_EXHAUSTED naming the limit (reserving nothing).
+  absl::Status Grow(int64_t bytes);
+  // Gives every reserved byte back.
+  void Reset();
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  std::shared_ptr<MemoryBudget> budget_;
+  int64_t bytes_ = 0;
 };
 
 // The budget charged by allocations on this thread; null means unaccounted.

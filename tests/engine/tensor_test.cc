@@ -50,5 +50,47 @@ TEST(TensorTest, MemoryBudgetLimitsAllocation) {
   EXPECT_EQ(budget->used(), 0);
 }
 
+// Note [Budgets within a budget]: a request's budget inside the server's.
+TEST(TensorTest, ABudgetWithinABudgetChargesBothAndNamesTheLimitPassed) {
+  auto server = std::make_shared<MemoryBudget>(1000, nullptr, "server memory limit (--flag)");
+  auto first = std::make_shared<MemoryBudget>(800, server, "request memory limit");
+  auto second = std::make_shared<MemoryBudget>(800, server, "request memory limit");
+  Tensor a, b;
+  {
+    MemoryBudgetScope scope(first);
+    a = Tensor::Empty({100}, DType::kFloat64);  // 800 bytes: the request's whole limit
+    EXPECT_THROW(Tensor::Empty({1}, DType::kFloat32), StatusError);
+  }
+  EXPECT_EQ(server->used(), 800);
+  {
+    MemoryBudgetScope scope(second);
+    try {
+      b = Tensor::Empty({100}, DType::kFloat32);  // 400 bytes fit the request, not the server
+      FAIL() << "expected RESOURCE_EXHAUSTED";
+    } catch (const StatusError& e) {
+      EXPECT_EQ(e.status().code(), absl::StatusCode::kResourceExhausted);
+      EXPECT_NE(e.status().message().find("server memory limit (--flag)"), std::string::npos)
+          << e.status();
+    }
+    EXPECT_EQ(second->used(), 0);  // nothing left charged where the parent refused
+    b = Tensor::Empty({50}, DType::kFloat32);
+  }
+  EXPECT_EQ(server->used(), 1000);
+  a = Tensor();
+  b = Tensor();
+  EXPECT_EQ(server->used(), 0);
+  EXPECT_EQ(first->used(), 0);
+  EXPECT_EQ(server->peak(), 1000);
+
+  MemoryReservation reservation(server);
+  EXPECT_TRUE(reservation.Grow(600).ok());
+  EXPECT_EQ(reservation.Grow(600).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(reservation.bytes(), 600);
+  MemoryReservation moved = std::move(reservation);
+  EXPECT_EQ(server->used(), 600);
+  moved.Reset();
+  EXPECT_EQ(server->used(), 0);
+}
+
 }  // namespace
 }  // namespace gradserve
