@@ -42,6 +42,23 @@ ABSL_FLAG(int64_t, chunk_bytes, kDefaults.chunk_bytes,
 ABSL_FLAG(int64_t, max_in_flight, kDefaults.max_in_flight,
           "Requests admitted at once (running or queued for a worker); more are refused with "
           "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_uploads, kDefaults.max_uploads,
+          "Streamed requests still arriving at once; more are refused with RESOURCE_EXHAUSTED. "
+          "An upload takes no engine slot (--max_in_flight) until it has fully arrived.");
+ABSL_FLAG(absl::Duration, upload_idle_timeout, kDefaults.upload_idle_timeout,
+          "A streamed request whose client sends nothing for this long is ended with "
+          "DEADLINE_EXCEEDED, so that stalled clients hold no memory or upload slot.");
+ABSL_FLAG(int64_t, max_server_memory_bytes, kDefaults.max_server_memory_bytes,
+          "Bytes all requests together may hold (tensors, autograd state, buffered uploads, "
+          "responses); past it new work is refused with RESOURCE_EXHAUSTED, never killed by the "
+          "kernel. 0: 60% of the container's memory limit (cgroup memory.max), else of physical "
+          "memory. Printed at start.");
+ABSL_FLAG(int64_t, grpc_memory_bytes, kDefaults.grpc_memory_bytes,
+          "gRPC's resource quota: bytes its transports may buffer before calls reach the "
+          "service. 0: 15% of the container's memory limit, else of physical memory.");
+ABSL_FLAG(bool, accept_compressed, kDefaults.accept_compressed,
+          "Take gzip- and deflate-compressed requests (counted decompressed against every "
+          "limit). --noaccept_compressed refuses them with UNIMPLEMENTED before decompressing.");
 ABSL_FLAG(int64_t, max_inline_cost, kDefaults.max_inline_cost,
           "Unary grad requests whose estimated cost is at most this run at once on gRPC's "
           "thread instead of queuing for a worker thread: cheaper for small requests. The cost "
@@ -90,6 +107,11 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   o.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
   o.max_inline_cost = absl::GetFlag(FLAGS_max_inline_cost);
+  o.max_uploads = absl::GetFlag(FLAGS_max_uploads);
+  o.upload_idle_timeout = absl::GetFlag(FLAGS_upload_idle_timeout);
+  o.max_server_memory_bytes = absl::GetFlag(FLAGS_max_server_memory_bytes);
+  o.grpc_memory_bytes = absl::GetFlag(FLAGS_grpc_memory_bytes);
+  o.accept_compressed = absl::GetFlag(FLAGS_accept_compressed);
   if (absl::Status s = ParseLogRequests(absl::GetFlag(FLAGS_log_requests), &o.log_requests);
       !s.ok()) {
     return s;
@@ -144,6 +166,7 @@ int Main() {
   std::string host = options.listen_address.substr(0, options.listen_address.rfind(':'));
   LogLine(absl::StrCat("listening on ", host, ":", (*server)->port(), " (version ", ServerVersion(),
                        ", malloc ", gradserve::kProcessMallocName, ")"));
+  LogLine((*server)->memory_line());
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);

@@ -25,6 +25,18 @@ absl::Status Prefixed(const absl::Status& s, absl::string_view prefix) {
 RequestRunner::RequestRunner() = default;
 RequestRunner::~RequestRunner() = default;
 
+absl::Status RequestRunner::ReserveResponse(int64_t bytes,
+                                            const std::shared_ptr<MemoryBudget>& fallback) {
+  if (!response_memory_.has_value()) {
+    response_memory_.emplace(recorded_ != nullptr ? recorded_->budget() : fallback);
+  }
+  if (absl::Status s = response_memory_->Grow(bytes); !s.ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the response (", bytes, " bytes more) does not fit: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const graph::Limits& limits,
                                        const std::shared_ptr<autograd::CancellationToken>& cancel,
                                        absl::Time admitted, v1::GradResponse* response,
@@ -56,6 +68,9 @@ absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const gra
       return absl::InvalidArgumentError(
           absl::StrCat("return_values[", i, "]: the graph has no value named '", name, "'"));
     }
+    if (absl::Status s = ReserveResponse(static_cast<int64_t>(value->nbytes()), nullptr); !s.ok()) {
+      return Prefixed(s, absl::StrCat("return_values[", i, "]: "));
+    }
     v1::NamedTensor* out = response->add_values();
     out->set_name(name);
     ToProto(*value, out->mutable_value(), deferred);
@@ -72,6 +87,11 @@ absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const gra
       grad->set_name(result->names[k]);
       grad->set_connected(k < result->connected.size() && result->connected[k]);
       if (k < result->grads.size() && result->grads[k].defined()) {
+        if (absl::Status s =
+                ReserveResponse(static_cast<int64_t>(result->grads[k].nbytes()), nullptr);
+            !s.ok()) {
+          return Prefixed(s, absl::StrCat("call #", c, ": "));
+        }
         ToProto(result->grads[k], grad->mutable_value(), deferred);
       }
     }

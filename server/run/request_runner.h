@@ -31,6 +31,7 @@
 #include "absl/time/time.h"
 #include "engine/autograd/cancellation.h"
 #include "engine/graph/interpreter.h"
+#include "engine/tensor/memory_budget.h"
 #include "gradserve/v1/gradserve.pb.h"
 #include "server/run/graph_cache.h"
 #include "server/wire/chunked_request.h"
@@ -67,6 +68,12 @@ class RequestRunner {
                    v1::GradResponse* response, ChunkedRequest* chunked = nullptr,
                    ChunkedResponse* deferred = nullptr, const std::string* op_records = nullptr);
 
+  // Charges bytes more of the response (its serialized form) to the request's memory budget,
+  // or to fallback if the request recorded nothing, until the runner is destroyed (Note
+  // [Budgets within a budget]). Run already charged the tensors it copied into the response.
+  // RESOURCE_EXHAUSTED naming the limit it would pass.
+  absl::Status ReserveResponse(int64_t bytes, const std::shared_ptr<MemoryBudget>& fallback);
+
  private:
   absl::Status RunOrThrow(const v1::GradRequest& request, const graph::Limits& limits,
                           const std::shared_ptr<autograd::CancellationToken>& cancel,
@@ -77,6 +84,8 @@ class RequestRunner {
   // nothing recorded from it is alive.
   std::optional<GraphLease> lease_;
   std::unique_ptr<graph::RecordedGraph> recorded_;
+  // The response's bytes: the tensors copied into it, and its serialized form.
+  std::optional<MemoryReservation> response_memory_;
 };
 
 }  // namespace gradserve::server

@@ -4,13 +4,23 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "server/limits/server_memory.h"
 
 namespace gradserve::server {
+namespace {
+
+std::string Mib(int64_t bytes) {
+  return absl::StrFormat("%.0f MiB", static_cast<double>(bytes) / (1 << 20));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<GradServer>> GradServer::Start(const ServerOptions& options) {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
@@ -18,10 +28,30 @@ absl::StatusOr<std::unique_ptr<GradServer>> GradServer::Start(const ServerOption
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
+  // Note [Sizing the server's memory]: what the flags left at 0 comes from the container.
+  ServerOptions resolved = options;
+  const MemorySize memory = DetectMemory();
+  if (resolved.max_server_memory_bytes == 0) {
+    resolved.max_server_memory_bytes = DefaultServerMemoryBytes(memory);
+  }
+  if (resolved.grpc_memory_bytes == 0) resolved.grpc_memory_bytes = DefaultGrpcMemoryBytes(memory);
+
   std::unique_ptr<GradServer> server(new GradServer);
-  server->service_ = std::make_unique<GradService>(options);
+  server->memory_line_ = absl::StrFormat(
+      "memory: %s for requests (--max_server_memory_bytes), %s for gRPC's buffers "
+      "(--grpc_memory_bytes), of %s (%s)",
+      Mib(resolved.max_server_memory_bytes), Mib(resolved.grpc_memory_bytes), Mib(memory.bytes),
+      memory.source);
+  server->service_ = std::make_unique<GradService>(resolved);
 
   grpc::ServerBuilder builder;
+  grpc::ResourceQuota quota("gradserve");
+  quota.Resize(static_cast<size_t>(resolved.grpc_memory_bytes));
+  builder.SetResourceQuota(quota);
+  if (!resolved.accept_compressed) {
+    builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
+    builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
+  }
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
                            &server->port_);
   builder.RegisterService(server->service_.get());

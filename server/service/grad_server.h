@@ -5,6 +5,7 @@
 #define GRADSERVE_SERVER_SERVICE_GRAD_SERVER_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -25,6 +26,9 @@ class GradServer {
 
   // The port actually bound (the chosen one when the address asked for port 0).
   int port() const { return port_; }
+  // The server's memory sizing, for the start-up log: "memory: 14.1 GiB for requests
+  // (--max_server_memory_bytes), ... of 23.5 GiB (physical memory)".
+  const std::string& memory_line() const { return memory_line_; }
   GradService& service() { return *service_; }
 
   // Graceful shutdown: health turns NOT_SERVING, new grad calls get UNAVAILABLE, calls in
@@ -38,6 +42,7 @@ class GradServer {
   std::unique_ptr<GradService> service_;  // outlives server_
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  std::string memory_line_;
   bool shut_down_ = false;
 };
 

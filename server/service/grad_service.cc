@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "proto/chunking.h"
 #include "server/base/log.h"
+#include "server/limits/server_memory.h"
 #include "server/run/dispatch.h"
 #include "server/run/request_runner.h"
 #include "server/service/grpc_status.h"
@@ -57,13 +58,18 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 
 }  // namespace
 
-// Note [Request flow], unary form, on the pool. The reactor owns the call's messages; the
-// worker serializes the response into gRPC's buffer, which stays valid until OnDone.
+// Note [Request flow], unary form, on the pool. The reactor owns the call's messages and the
+// memory they are charged for; the worker serializes the response into gRPC's buffer, which
+// stays valid until OnDone.
 class GradService::UnaryGradReactor final : public grpc::ServerUnaryReactor {
  public:
   UnaryGradReactor(GradService* service, grpc::CallbackServerContext* context, Job job,
-                   UnaryMessages::Ptr messages, grpc::ByteBuffer* response)
-      : cancel_(MakeToken(context)), messages_(std::move(messages)), response_(response) {
+                   UnaryMessages::Ptr messages, MemoryReservation request_memory,
+                   grpc::ByteBuffer* response)
+      : cancel_(MakeToken(context)),
+        messages_(std::move(messages)),
+        request_memory_(std::move(request_memory)),
+        response_(response) {
     job.cancel = cancel_;
     job.done = [this](const absl::Status& status) {
       Finish(ToGrpcStatus(status.ok() ? messages_->SerializeResponse(response_) : status));
@@ -77,43 +83,56 @@ class GradService::UnaryGradReactor final : public grpc::ServerUnaryReactor {
  private:
   const std::shared_ptr<autograd::CancellationToken> cancel_;
   const UnaryMessages::Ptr messages_;
+  MemoryReservation request_memory_;  // the request's bytes, until the call is done
   grpc::ByteBuffer* const response_;  // gRPC's
 };
 
-// Note [Request flow], streaming form. Reads, the work and writes happen one after another, so
-// no two of them touch the reactor's fields at once; OnCancel touches only the token. The
-// request and response never exist as one string (Note [Zero-copy streaming]): received
-// chunks' bytes are moved into a ChunkedRequest, parsed once the client half-closes, whose big
-// tensor bytes the engine uses in place (Note [Tensor bytes left in the chunks]); the response is
-// serialized straight into chunk-sized strings, its big tensors' bytes copied once, from the
-// engine's tensors (ChunkedResponse), and each string is handed to gRPC as the written chunk's
-// data, not copied, and goes back to the chunk pool once gRPC has sent it (Note [Chunks sent
-// without a copy]).
+// Note [Request flow], streaming form. The call is an upload until the client half-closes
+// (Note [Uploads apart from work]): tracked by the service's UploadTracker, its bytes charged
+// to the server's budget, and taking no engine slot. Then it is admitted, and reads, the work
+// and writes happen one after another, so no two of them touch the reactor's fields at once;
+// OnCancel touches only the token, and the tracker's reaper only mutex_'s fields and Finish,
+// while a read is outstanding. The request and response never exist as one string (Note
+// [Zero-copy streaming]): received chunks' bytes are moved into a ChunkedRequest, parsed once
+// the client half-closes, whose big tensor bytes the engine uses in place (Note [Tensor bytes
+// left in the chunks]); the response is serialized straight into chunk-sized strings, its big
+// tensors' bytes copied once, from the engine's tensors (ChunkedResponse), and each string is
+// handed to gRPC as the written chunk's data, not copied, and goes back to the chunk pool once
+// gRPC has sent it (Note [Chunks sent without a copy]).
 class GradService::StreamGradReactor final
-    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+      public UploadTracker::Upload {
  public:
   StreamGradReactor(GradService* service, grpc::CallbackServerContext* context)
       : service_(service),
         context_(context),
         cancel_(MakeToken(context)),
         received_at_(absl::Now()) {
-    if (absl::Status admitted = service->Admit(); !admitted.ok()) {
-      service->Reject("", "stream", admitted);
-      Finish(ToGrpcStatus(admitted));
+    if (absl::Status begun = service->uploads_.Begin(this); !begun.ok()) {
+      service->Reject("", "stream", begun);
+      Finish(ToGrpcStatus(begun));
       return;
     }
+    received_.memory() = MemoryReservation(service->memory_);
     *chunk_.mutable_data() = chunking::BufferPool::Default().Take();
-    StartRead(&read_);
+    StartNextRead();
   }
 
   void OnReadDone(bool ok) override {
+    {
+      MutexLock lock(&mutex_);
+      if (expired_) return;  // the reaper ended the call; this read failed because of it
+      reading_ = false;
+    }
     if (!ok) {
       chunking::BufferPool::Default().Give(std::move(*chunk_.mutable_data()));  // reads are over
+      service_->uploads_.End(this);
       RunRequest();
       return;
     }
+    UploadTracker::Progress(this);
     if (!ParseChunk(&read_, &chunk_)) {
-      FailEarly(absl::InvalidArgumentError(
+      FailUpload(absl::InvalidArgumentError(
           absl::StrCat("chunk ", chunks_read_ + 1,
                        " of the stream is malformed: not a gradserve.v1.Chunk message")));
       return;
@@ -121,11 +140,17 @@ class GradService::StreamGradReactor final
     ++chunks_read_;
     // total_bytes is only a claim: it can fail a call early, never size an allocation.
     const int64_t limit = service_->options_.max_request_bytes;
-    if (chunk_.total_bytes() > limit ||
-        received_.size() + static_cast<int64_t>(chunk_.data().size()) > limit) {
-      FailEarly(absl::ResourceExhaustedError(
+    const int64_t size = static_cast<int64_t>(chunk_.data().size());
+    if (chunk_.total_bytes() > limit || received_.size() + size > limit) {
+      FailUpload(absl::ResourceExhaustedError(
           absl::StrCat("the streamed request is larger than the limit of ", limit,
                        " bytes (--max_request_bytes)")));
+      return;
+    }
+    // Counted decompressed, as received, before the server keeps them.
+    if (absl::Status s = received_.memory().Grow(size); !s.ok()) {
+      FailUpload(absl::ResourceExhaustedError(
+          absl::StrCat("the server cannot hold the rest of this streamed request: ", s.message())));
       return;
     }
     // Note [Chunk buffer pool]: the next read fills a pooled buffer; a chunk much smaller than
@@ -137,7 +162,7 @@ class GradService::StreamGradReactor final
     } else {
       received_.Append(std::string(*data));
     }
-    StartRead(&read_);
+    StartNextRead();
   }
 
   void OnWriteDone(bool ok) override {
@@ -149,14 +174,45 @@ class GradService::StreamGradReactor final
   }
 
   void OnCancel() override { CancelWork(*cancel_); }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    service_->uploads_.End(this);  // waits for a scan of the reaper in progress
+    delete this;
+  }
+
+  // Note [Uploads apart from work]: called by the reaper with the tracker's lock held.
+  bool ExpireIfWaiting() override {
+    MutexLock lock(&mutex_);
+    if (!reading_ || expired_) return false;
+    expired_ = true;
+    const absl::Status status = absl::DeadlineExceededError(
+        absl::StrCat("the streamed request made no progress for ",
+                     absl::FormatDuration(service_->uploads_.idle_timeout()),
+                     " (--upload_idle_timeout); the call was ended"));
+    service_->Reject("", "stream", status);
+    // Legal with a read outstanding: it then completes with ok false (and is ignored).
+    Finish(ToGrpcStatus(status));
+    return true;
+  }
 
  private:
-  // The client half-closed (or the call broke): parse what came (cheap: big tensor bytes are
-  // not copied) and run it on a worker.
+  // Reads the next chunk; the reaper may end the call while the read is outstanding.
+  void StartNextRead() {
+    {
+      MutexLock lock(&mutex_);
+      reading_ = true;
+    }
+    StartRead(&read_);
+  }
+
+  // The client half-closed (or the call broke): admit the request, parse what came (cheap: big
+  // tensor bytes are not copied) and run it on a worker.
   void RunRequest() {
     if (context_->IsCancelled()) {
-      FailEarly(absl::CancelledError("the client cancelled the call while sending it"));
+      FailUpload(absl::CancelledError("the client cancelled the call while sending it"));
+      return;
+    }
+    if (absl::Status admitted = service_->Admit(); !admitted.ok()) {
+      FailUpload(admitted);
       return;
     }
     if (absl::Status parsed = received_.Parse(&request_); !parsed.ok()) {
@@ -190,9 +246,19 @@ class GradService::StreamGradReactor final
     service_->Execute(std::move(job));
   }
 
+  // Ends a call that was never admitted: an upload refused, broken or over a limit.
+  void FailUpload(const absl::Status& status) {
+    service_->uploads_.End(this);
+    received_.Clear();
+    service_->Reject(request_.request_id(), "stream", status);
+    Finish(ToGrpcStatus(status));
+  }
+
+  // Ends an admitted call that did not reach a worker.
   void FailEarly(const absl::Status& status) {
     service_->Release(request_.request_id(), "stream", status, received_at_, 0, received_.size(),
                       0);
+    received_.Clear();
     Finish(ToGrpcStatus(status));
   }
 
@@ -214,7 +280,11 @@ class GradService::StreamGradReactor final
   grpc::CallbackServerContext* const context_;
   const std::shared_ptr<autograd::CancellationToken> cancel_;
   const absl::Time received_at_;
-  grpc::ByteBuffer read_;    // the read in progress
+  // Guards what the reaper reads (Note [Uploads apart from work]).
+  Mutex mutex_;
+  bool reading_ ABSL_GUARDED_BY(mutex_) = false;  // a read is outstanding
+  bool expired_ ABSL_GUARDED_BY(mutex_) = false;  // the reaper finished the call
+  grpc::ByteBuffer read_;                         // the read in progress
   v1::Chunk chunk_;          // the last chunk read, parsed; its data buffer is pooled
   int64_t chunks_read_ = 0;  // for errors
   grpc::ByteBuffer write_;   // the write in progress
@@ -231,6 +301,10 @@ GradService::GradService(ServerOptions options)
     : options_(std::move(options)),
       started_(absl::Now()),
       info_(DescribeServer(options_)),
+      memory_(MakeServerMemoryBudget(options_.max_server_memory_bytes > 0
+                                         ? options_.max_server_memory_bytes
+                                         : DefaultServerMemoryBytes(DetectMemory()))),
+      uploads_(options_.max_uploads, options_.upload_idle_timeout),
       pool_(std::make_unique<WorkerPool>(
           options_.worker_threads > 0
               ? options_.worker_threads
@@ -248,6 +322,15 @@ grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerCont
     Reject(UnaryMessages::PeekRequestId(*request), "unary", admitted);
     return FinishNow(context, ToGrpcStatus(admitted));
   }
+  // The parsed request holds about as many bytes as the serialized one (Note [Request flow]).
+  MemoryReservation request_memory(memory_);
+  if (absl::Status s = request_memory.Grow(static_cast<int64_t>(request->Length())); !s.ok()) {
+    const absl::Status refused = absl::ResourceExhaustedError(
+        absl::StrCat("the server cannot hold this request now: ", s.message()));
+    Release(UnaryMessages::PeekRequestId(*request), "unary", refused, received, 0,
+            static_cast<int64_t>(request->Length()), 0);
+    return FinishNow(context, ToGrpcStatus(refused));
+  }
   UnaryMessages::Ptr messages = UnaryMessages::Take();
   if (const absl::Status parsed = messages->ParseRequest(*request); !parsed.ok()) {
     Release(UnaryMessages::PeekRequestId(*request), "unary", parsed, received, 0,
@@ -262,7 +345,8 @@ grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerCont
   job.request_bytes = messages->request_bytes();
   job.op_records = messages->op_records();
   if (!RunsInline(messages->request(), job.request_bytes, options_.max_inline_cost)) {
-    return new UnaryGradReactor(this, context, std::move(job), std::move(messages), response);
+    return new UnaryGradReactor(this, context, std::move(job), std::move(messages),
+                                std::move(request_memory), response);
   }
   // Note [Inline or pool]: small enough to run on this thread.
   requests_inline_.fetch_add(1, std::memory_order_relaxed);
@@ -333,13 +417,22 @@ void GradService::Execute(Job job) {
 
 absl::Status GradService::Run(const Job& job, RequestRunner& runner) {
   if (options_.before_run_for_testing) options_.before_run_for_testing(*job.request, *job.cancel);
-  absl::Status status = runner.Run(*job.request, options_.limits, job.cancel, job.received,
-                                   job.response, job.chunked, job.deferred, job.op_records);
+  absl::Status status;
+  {
+    // Every tensor of the request counts against the server's budget too (Note [Budgets
+    // within a budget]).
+    MemoryBudgetScope server_memory(&memory_);
+    status = runner.Run(*job.request, options_.limits, job.cancel, job.received, job.response,
+                        job.chunked, job.deferred, job.op_records);
+  }
   int64_t bytes_out = 0;
   if (status.ok()) {
     bytes_out =
         static_cast<int64_t>(job.deferred != nullptr ? job.deferred->SerializedSize(*job.response)
                                                      : job.response->ByteSizeLong());
+    // The serialized response, until the runner is destroyed after the reply.
+    status = runner.ReserveResponse(bytes_out, memory_);
+    if (!status.ok()) bytes_out = 0;
   }
   Release(job.request->request_id(), job.rpc, status, job.received, job.response->num_nodes(),
           job.request_bytes, bytes_out);

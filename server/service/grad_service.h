@@ -2,7 +2,12 @@
 //
 // Note [Request flow]
 // Each call is admitted first (at most max_in_flight grad calls at once, otherwise
-// RESOURCE_EXHAUSTED at once; UNAVAILABLE while draining). A unary call whose estimated work
+// RESOURCE_EXHAUSTED at once; UNAVAILABLE while draining); a streamed call only once it has
+// fully arrived, as an upload until then (Note [Uploads apart from work] in
+// server/limits/upload_tracker.h). What a call holds counts against the server's memory
+// budget (Note [Sizing the server's memory]): a unary request's bytes from admission, an
+// upload's as they arrive, the tensors of every request (each request's budget lies within the
+// server's), and the response while it is serialized. A unary call whose estimated work
 // is small (Note [Inline or pool] in server/run/dispatch.h) then runs inline on gRPC's callback
 // thread, as Ping does, and finishes gRPC's default reactor before the handler returns. Any
 // other call gets a small reactor that owns itself (deleted in OnDone) and is handed to the
@@ -29,8 +34,10 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "engine/autograd/cancellation.h"
+#include "engine/tensor/memory_budget.h"
 #include "engine/util/mutex.h"
 #include "gradserve/v1/gradserve.grpc.pb.h"
+#include "server/limits/upload_tracker.h"
 #include "server/run/request_runner.h"
 #include "server/run/worker_pool.h"
 #include "server/service/server_options.h"
@@ -77,6 +84,9 @@ class GradService final
   v1::Counters counters() const;
   // Grad calls that ran inline on gRPC's thread (Note [Inline or pool]).
   int64_t requests_inline() const { return requests_inline_.load(std::memory_order_relaxed); }
+  // The budget all requests draw from (Note [Sizing the server's memory]).
+  const std::shared_ptr<MemoryBudget>& memory() const { return memory_; }
+  const UploadTracker& uploads() const { return uploads_; }
 
  private:
   class UnaryGradReactor;
@@ -149,6 +159,9 @@ class GradService final
   std::atomic<int64_t> requests_inline_{0};
   std::atomic<int64_t> bytes_received_{0};
   std::atomic<int64_t> bytes_sent_{0};
+
+  const std::shared_ptr<MemoryBudget> memory_;  // options_.max_server_memory_bytes
+  UploadTracker uploads_;
 
   // Last member: destroyed first, so workers finish while the rest is alive.
   std::unique_ptr<WorkerPool> pool_;

@@ -53,8 +53,20 @@ absl::Status CheckOptions(const ServerOptions& o) {
         "--chunk_bytes (", o.chunk_bytes,
         ") must leave 64 bytes of framing below --max_message_bytes (", o.max_message_bytes, ")"));
   }
+  if (o.max_server_memory_bytes < 0 || o.grpc_memory_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        o.max_server_memory_bytes < 0 ? "--max_server_memory_bytes" : "--grpc_memory_bytes",
+        " must be 0 (sized from the container's memory) or more"));
+  }
+  if (o.upload_idle_timeout <= absl::ZeroDuration() ||
+      o.upload_idle_timeout == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--upload_idle_timeout must be positive and finite, got ",
+                     absl::FormatDuration(o.upload_idle_timeout)));
+  }
   for (auto [name, value] :
        {std::pair<const char*, int64_t>{"max_message_bytes", o.max_message_bytes},
+        {"max_uploads", o.max_uploads},
         {"max_request_bytes", o.max_request_bytes},
         {"chunk_bytes", o.chunk_bytes},
         {"max_in_flight", o.max_in_flight},

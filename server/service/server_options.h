@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "engine/autograd/cancellation.h"
 #include "engine/graph/interpreter.h"
 #include "gradserve/v1/gradserve.pb.h"
@@ -25,8 +26,22 @@ struct ServerOptions {
   int64_t max_request_bytes = int64_t{1} << 30;
   // Size of the chunks a streamed response is cut into.
   int64_t chunk_bytes = int64_t{4} << 20;
-  // Grad requests admitted at once (queued or running); more get RESOURCE_EXHAUSTED.
+  // Grad requests admitted at once (queued or running); more get RESOURCE_EXHAUSTED. A
+  // streamed request is admitted once it has fully arrived (Note [Uploads apart from work]).
   int64_t max_in_flight = 32;
+  // Streamed requests still arriving at once; more get RESOURCE_EXHAUSTED.
+  int64_t max_uploads = 1024;
+  // An upload whose client sends nothing for this long is ended with DEADLINE_EXCEEDED.
+  absl::Duration upload_idle_timeout = absl::Seconds(5);
+  // What all requests together may hold: tensors, autograd state, buffered uploads, responses
+  // being serialized (Note [Sizing the server's memory] in server/limits/server_memory.h).
+  // 0: kServerBudgetShare of the container's memory limit, else of physical memory.
+  int64_t max_server_memory_bytes = 0;
+  // gRPC's resource quota for what its transports buffer; 0: kGrpcQuotaShare of the same.
+  int64_t grpc_memory_bytes = 0;
+  // Whether gzip- and deflate-compressed requests are taken (decompressed, and counted
+  // decompressed); if not, gRPC refuses them with UNIMPLEMENTED before decompressing.
+  bool accept_compressed = true;
   // Unary grad requests whose estimated cost is at most this run inline on gRPC's thread
   // instead of queuing for a worker; 0: every request goes to the workers. See Note [Inline
   // or pool] in server/run/dispatch.h for the estimate. The default is a fraction of a millisecond

@@ -285,6 +285,7 @@ void ChunkedRequest::Clear() {
   }
   Chunks().swap(chunks_);
   size_ = 0;
+  memory_.Reset();
 }
 
 // --- ChunkedResponse ----------------------------------------------------------------------

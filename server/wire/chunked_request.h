@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/tensor/memory_budget.h"
 #include "engine/tensor/tensor.h"
 #include "gradserve/v1/gradserve.pb.h"
 
@@ -79,11 +80,18 @@ class ChunkedRequest {
   // be part of the request Parse filled.
   const Bytes* Find(const v1::Tensor& tensor) const;
 
-  // Drops the chunks and the side table: tensors that adopted a chunk keep it alive.
+  // Drops the chunks and the side table: tensors that adopted a chunk keep it alive (and are
+  // charged to the budget current where they were made). Gives back memory().
   void Clear();
+
+  // What the received bytes are charged to while they wait here (Note [Uploads apart from
+  // work] in server/limits/upload_tracker.h); empty unless the receiver sets it up.
+  MemoryReservation& memory() { return memory_; }
 
  private:
   class Walker;
+
+  MemoryReservation memory_;
 
   std::vector<std::shared_ptr<std::string>> chunks_;
   int64_t size_ = 0;
