@@ -45,12 +45,13 @@ def server_binary():
 class ServerProcess:
     """A gradserve-server subprocess on 127.0.0.1; use as a context manager or start()/stop().
 
-    extra_flags: more command-line flags (limits, worker threads). address is "127.0.0.1:PORT"
-    once started.
+    extra_flags: more command-line flags (limits, worker threads); preexec_fn, if given, runs in
+    the child before the server is executed. address is "127.0.0.1:PORT" once started.
     """
 
-    def __init__(self, *extra_flags):
+    def __init__(self, *extra_flags, preexec_fn=None):
         self._flags = list(extra_flags)
+        self._preexec_fn = preexec_fn  # runs in the child before exec (e.g. joins a cgroup)
         self._proc = None
         self._log = collections.deque(maxlen=200)
         self._port_seen = threading.Event()
@@ -61,7 +62,7 @@ class ServerProcess:
         self._proc = subprocess.Popen(
             [binary, "--listen=127.0.0.1:0", "--grace_period=1s"] + self._flags,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            text=True)
+            text=True, preexec_fn=self._preexec_fn)
         threading.Thread(target=self._drain, daemon=True).start()
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self._port_seen.wait(0.05):
