@@ -16,7 +16,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
 #include "grpcpp/support/client_callback.h"
 #include "gtest/gtest.h"
 
@@ -255,6 +258,51 @@ absl::Status CheckSquareWorks(client::Client& client) {
   const std::vector<double> g = r->calls[0].gradients[0].value->ToDoubles();
   if (g != std::vector<double>{2, 4, 6}) return absl::InternalError("square: wrong gradient");
   return absl::OkStatus();
+}
+
+StalledUpload::StalledUpload(const std::shared_ptr<grpc::Channel>& channel) {
+  grpc::GenericStub stub(channel);
+  context_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  v1::Chunk chunk;
+  chunk.set_total_bytes(1 << 20);
+  chunk.set_data("0123456789");
+  const std::string bytes = chunk.SerializeAsString();
+  grpc::Slice slice(bytes);
+  first_ = grpc::ByteBuffer(&slice, 1);
+  stub.PrepareBidiStreamingCall(&context_, "/gradserve.v1.GradService/ComputeGradientsStream",
+                                grpc::StubOptions(), this);
+  StartRead(&read_);
+  StartWrite(&first_);
+  StartCall();
+  status_ = done_.get_future();
+}
+
+StalledUpload::~StalledUpload() {
+  context_.TryCancel();
+  status_.wait();
+}
+
+void StalledUpload::OnReadDone(bool ok) {
+  if (ok) StartRead(&read_);
+}
+
+void StalledUpload::OnDone(const grpc::Status& status) { done_.set_value(status); }
+
+std::optional<grpc::Status> StalledUpload::Wait(absl::Duration timeout) {
+  if (status_.wait_for(absl::ToChronoNanoseconds(timeout)) != std::future_status::ready) {
+    return std::nullopt;
+  }
+  return status_.get();
+}
+
+std::vector<std::shared_ptr<grpc::Channel>> Channels(const std::string& target, int n) {
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int i = 0; i < n; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt("gradserve.test_connection", i);  // no subchannel shared between them
+    channels.push_back(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+  }
+  return channels;
 }
 
 }  // namespace gradserve::testing

@@ -6,7 +6,9 @@
 
 #include <sys/types.h>
 
+#include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,6 +17,9 @@
 #include "absl/time/time.h"
 #include "client/library/gradserve_client.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/client_callback.h"
 #include "grpcpp/support/status.h"
 #include "server/service/grad_server.h"
 #include "server/service/server_options.h"
@@ -107,6 +112,32 @@ grpc::Status SendStreamMessages(const std::shared_ptr<grpc::Channel>& channel,
 
 // Runs the same request against the running server and checks 2x. Returns the status.
 absl::Status CheckSquareWorks(client::Client& client);
+
+// A ComputeGradientsStream call on channel that sends one small chunk and then nothing: the
+// stalled upload of a careless or hostile client. Its status arrives when the server ends the
+// call; the destructor cancels it if it is still open and waits for its end.
+class StalledUpload : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  explicit StalledUpload(const std::shared_ptr<grpc::Channel>& channel);
+  ~StalledUpload() override;
+
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+  // The call's status, if it ended within timeout.
+  std::optional<grpc::Status> Wait(absl::Duration timeout);
+
+ private:
+  grpc::ClientContext context_;
+  grpc::ByteBuffer first_;
+  grpc::ByteBuffer read_;
+  std::promise<grpc::Status> done_;
+  std::shared_future<grpc::Status> status_;
+};
+
+// n channels to target, each with a connection of its own (a connection carries a bounded
+// number of streams).
+std::vector<std::shared_ptr<grpc::Channel>> Channels(const std::string& target, int n);
 
 }  // namespace gradserve::testing
 

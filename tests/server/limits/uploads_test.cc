@@ -24,52 +24,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A ComputeGradientsStream call that sends one small chunk and then nothing: the stalled
-// upload of a careless or hostile client. Its status arrives when the server ends it.
-class StalledUpload : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
- public:
-  explicit StalledUpload(const std::shared_ptr<grpc::Channel>& channel) {
-    grpc::GenericStub stub(channel);
-    context_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    v1::Chunk chunk;
-    chunk.set_total_bytes(1 << 20);
-    chunk.set_data("0123456789");
-    const std::string bytes = chunk.SerializeAsString();
-    grpc::Slice slice(bytes);
-    first_ = grpc::ByteBuffer(&slice, 1);
-    stub.PrepareBidiStreamingCall(&context_, "/gradserve.v1.GradService/ComputeGradientsStream",
-                                  grpc::StubOptions(), this);
-    StartRead(&read_);
-    StartWrite(&first_);
-    StartCall();
-    status_ = done_.get_future();
-  }
-  ~StalledUpload() override {
-    context_.TryCancel();
-    status_.wait();
-  }
-
-  void OnReadDone(bool ok) override {
-    if (ok) StartRead(&read_);
-  }
-  void OnDone(const grpc::Status& status) override { done_.set_value(status); }
-
-  // The call's status, if it ended within timeout.
-  std::optional<grpc::Status> Wait(absl::Duration timeout) {
-    if (status_.wait_for(absl::ToChronoNanoseconds(timeout)) != std::future_status::ready) {
-      return std::nullopt;
-    }
-    return status_.get();
-  }
-
- private:
-  grpc::ClientContext context_;
-  grpc::ByteBuffer first_;
-  grpc::ByteBuffer read_;
-  std::promise<grpc::Status> done_;
-  std::shared_future<grpc::Status> status_;
-};
-
 // Channels of their own (an HTTP/2 connection each), since a connection carries a bounded
 // number of streams.
 std::vector<std::shared_ptr<grpc::Channel>> Channels(const std::string& target, int n) {
