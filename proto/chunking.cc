@@ -1,6 +1,5 @@
 #include "proto/chunking.h"
 
-
 #include <algorithm>
 #include <limits>
 
@@ -108,7 +107,7 @@ void BufferPool::Give(std::string s) {
   if (capacity < kMinBytes || capacity > kMaxBytes) return;
   s.clear();
   absl::MutexLock lock(&mutex_);
-  if (bytes_ + capacity > kPoolBytes) return;
+  if (bytes_ + capacity > max_bytes_) return;
   bytes_ += capacity;
   free_.push_back(std::move(s));
 }

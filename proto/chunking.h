@@ -104,11 +104,18 @@ class BufferPool {
   std::string Take();
   // Keeps s's buffer if it fits the bounds, else frees it.
   void Give(std::string s);
+  // Lowers (or raises) the pool's bound from kPoolBytes, for a server in a small container;
+  // buffers beyond it are freed as they come back.
+  void set_max_bytes(size_t bytes) {
+    absl::MutexLock lock(&mutex_);
+    max_bytes_ = bytes;
+  }
 
  private:
   absl::Mutex mutex_;
   std::vector<std::string> free_ ABSL_GUARDED_BY(mutex_);
   size_t bytes_ ABSL_GUARDED_BY(mutex_) = 0;  // capacity in free_
+  size_t max_bytes_ ABSL_GUARDED_BY(mutex_) = kPoolBytes;
 };
 
 }  // namespace gradserve::chunking

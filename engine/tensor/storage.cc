@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <new>
@@ -62,6 +63,8 @@ namespace {
 constexpr size_t kBigBlockBytes = size_t{1} << 20;
 constexpr size_t kHugePageBytes = size_t{2} << 20;
 constexpr size_t kMaxCachedBytes = size_t{256} << 20;
+// The bound in force: kMaxCachedBytes unless the program set another (SetBigBlockCacheBytes).
+std::atomic<size_t> max_cached_bytes{kMaxCachedBytes};
 
 // Maps and caches big blocks (Note [Big host blocks]).
 //
@@ -93,12 +96,13 @@ class BigBlockCache {
     std::vector<Block> unmap;
     {
       MutexLock lock(&mutex_);
-      if (rounded > kMaxCachedBytes) {
+      const size_t bound = max_cached_bytes.load(std::memory_order_relaxed);
+      if (rounded > bound) {
         unmap.push_back({ptr, rounded});
       } else {
         free_.push_back({ptr, rounded});
         cached_bytes_ += rounded;
-        while (cached_bytes_ > kMaxCachedBytes) {
+        while (cached_bytes_ > bound) {
           unmap.push_back(free_.front());
           cached_bytes_ -= free_.front().size;
           free_.erase(free_.begin());
@@ -177,6 +181,10 @@ class CpuAllocatorImpl final : public Allocator {
 Allocator* CpuAllocator() {
   static CpuAllocatorImpl* const allocator = new CpuAllocatorImpl;
   return allocator;
+}
+
+void SetBigBlockCacheBytes(size_t bytes) {
+  max_cached_bytes.store(bytes, std::memory_order_relaxed);
 }
 
 }  // namespace gradserve

@@ -64,6 +64,11 @@ class Storage {
   alignas(16) unsigned char inline_[kInlineBytes];
 };
 
+// Bounds the freed big host blocks kept for reuse (Note [Big host blocks]): 256 MiB unless set
+// lower, as a server in a small container does (Note [Sizing the server's memory]). Takes
+// effect at the next block freed. Thread-safe.
+void SetBigBlockCacheBytes(size_t bytes);
+
 }  // namespace gradserve
 
 #endif  // GRADSERVE_ENGINE_TENSOR_STORAGE_H_

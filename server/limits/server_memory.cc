@@ -100,6 +100,10 @@ int64_t DefaultGrpcMemoryBytes(const MemorySize& memory) {
   return static_cast<int64_t>(static_cast<double>(memory.bytes) * kGrpcQuotaShare);
 }
 
+int64_t CacheBytes(const MemorySize& memory, int64_t own_bound) {
+  return std::min(own_bound, static_cast<int64_t>(static_cast<double>(memory.bytes) * kCacheShare));
+}
+
 std::shared_ptr<MemoryBudget> MakeServerMemoryBudget(int64_t bytes) {
   return std::make_shared<MemoryBudget>(bytes, nullptr,
                                         "server memory limit (--max_server_memory_bytes)");

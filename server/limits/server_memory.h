@@ -14,8 +14,10 @@
 //   - kGrpcQuotaShare (15%) is gRPC's own resource quota, for what its transports buffer before
 //     a call reaches the service (--grpc_memory_bytes);
 //   - the rest is for the process itself: code, threads' stacks, gRPC's and protobuf's state,
-//     and the memory malloc keeps to reuse (docs/streaming.md lists those caches and their
-//     bounds).
+//     and the memory kept to reuse (docs/streaming.md lists those caches), of which the two
+//     caches the server bounds itself, freed big tensor blocks (Note [Big host blocks]) and
+//     chunk buffers (Note [Chunk buffer pool]), get at most kCacheShare (5%) each, below their
+//     own bounds of 256 and 128 MiB.
 // Both are printed at start, each overridable by its flag.
 //
 // Thread safety: the functions read files and may be called from any thread.
@@ -33,6 +35,7 @@ namespace gradserve::server {
 
 inline constexpr double kServerBudgetShare = 0.60;
 inline constexpr double kGrpcQuotaShare = 0.15;
+inline constexpr double kCacheShare = 0.05;
 
 // The memory the process may use and where that figure comes from.
 struct MemorySize {
@@ -51,6 +54,8 @@ MemorySize DetectMemory(const std::string& cgroup_root = "/sys/fs/cgroup",
 // Note [Sizing the server's memory]: the default budget and gRPC quota for memory.
 int64_t DefaultServerMemoryBytes(const MemorySize& memory);
 int64_t DefaultGrpcMemoryBytes(const MemorySize& memory);
+// The bound of each of the two reuse caches: kCacheShare of memory, at most `own_bound`.
+int64_t CacheBytes(const MemorySize& memory, int64_t own_bound);
 
 // The budget of the whole server: its charges fail with RESOURCE_EXHAUSTED naming
 // --max_server_memory_bytes.

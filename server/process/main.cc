@@ -164,9 +164,10 @@ int Main() {
     return 1;
   }
   std::string host = options.listen_address.substr(0, options.listen_address.rfind(':'));
+  // The sizing first: "listening on" is the line that tells scripts the server is up.
+  LogLine((*server)->memory_line());
   LogLine(absl::StrCat("listening on ", host, ":", (*server)->port(), " (version ", ServerVersion(),
                        ", malloc ", gradserve::kProcessMallocName, ")"));
-  LogLine((*server)->memory_line());
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);

@@ -6,11 +6,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "engine/tensor/storage.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "proto/chunking.h"
 #include "server/limits/server_memory.h"
 
 namespace gradserve::server {
@@ -35,13 +37,17 @@ absl::StatusOr<std::unique_ptr<GradServer>> GradServer::Start(const ServerOption
     resolved.max_server_memory_bytes = DefaultServerMemoryBytes(memory);
   }
   if (resolved.grpc_memory_bytes == 0) resolved.grpc_memory_bytes = DefaultGrpcMemoryBytes(memory);
+  SetBigBlockCacheBytes(static_cast<size_t>(CacheBytes(memory, int64_t{256} << 20)));
+  chunking::BufferPool::Default().set_max_bytes(static_cast<size_t>(
+      CacheBytes(memory, static_cast<int64_t>(chunking::BufferPool::kPoolBytes))));
 
   std::unique_ptr<GradServer> server(new GradServer);
   server->memory_line_ = absl::StrFormat(
       "memory: %s for requests (--max_server_memory_bytes), %s for gRPC's buffers "
-      "(--grpc_memory_bytes), of %s (%s)",
+      "(--grpc_memory_bytes), of %s (%s); reuse caches at most %s and %s",
       Mib(resolved.max_server_memory_bytes), Mib(resolved.grpc_memory_bytes), Mib(memory.bytes),
-      memory.source);
+      memory.source, Mib(CacheBytes(memory, int64_t{256} << 20)),
+      Mib(CacheBytes(memory, static_cast<int64_t>(chunking::BufferPool::kPoolBytes))));
   server->service_ = std::make_unique<GradService>(resolved);
 
   grpc::ServerBuilder builder;
