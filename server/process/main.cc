@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <string>
@@ -125,6 +126,36 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   return o;
 }
 
+// Note [Open files]
+// Every connection holds a file descriptor, and Linux's default soft RLIMIT_NOFILE is 1024
+// (2,000 idle connections used it up), while the hard limit is usually far higher (524288
+// under systemd, 1048576 in most container runtimes). A process may raise its soft limit to
+// its hard limit without privilege, so the server does so before it starts, and says so in a
+// start-up line. Past the hard limit, the listener sheds new connections instead of stopping
+// (Note [Our own listening socket] in server/service/listener.h), and --max_connection_idle
+// closes what an attacker leaves open.
+std::string RaiseOpenFileLimit() {
+  rlimit limit;
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return "open files: limit unknown";
+  const rlim_t before = limit.rlim_cur;
+  // An unlimited hard limit is still capped by the kernel (fs.nr_open); ask for 2^20 then.
+  const rlim_t target = limit.rlim_max == RLIM_INFINITY ? rlim_t{1} << 20 : limit.rlim_max;
+  if (before != RLIM_INFINITY && before < target) {
+    rlimit raised = limit;
+    raised.rlim_cur = target;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  auto text = [](rlim_t v) {
+    return v == RLIM_INFINITY ? std::string("unlimited") : absl::StrCat(v);
+  };
+  if (limit.rlim_cur == before) {
+    return absl::StrCat("open files: soft limit ", text(before), " (hard limit ",
+                        text(limit.rlim_max), ")");
+  }
+  return absl::StrCat("open files: soft limit ", text(limit.rlim_cur), ", raised from ",
+                      text(before), " (hard limit ", text(limit.rlim_max), ")");
+}
+
 int Main() {
   // Block the stop signals in every thread (threads inherit the mask), so that this thread
   // alone takes them, with sigwait, outside any signal handler.
@@ -158,6 +189,7 @@ int Main() {
     return 2;
   }
   const ServerOptions& options = *parsed;
+  LogLine(RaiseOpenFileLimit());  // Note [Open files]
   absl::StatusOr<std::unique_ptr<GradServer>> server = GradServer::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "gradserve-server: %s\n", std::string(server.status().message()).c_str());

@@ -26,6 +26,10 @@ std::string Mib(int64_t bytes) {
 
 absl::StatusOr<std::unique_ptr<GradServer>> GradServer::Start(const ServerOptions& options) {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  // Note [Our own listening socket]: bound here, not by gRPC.
+  absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Bind(options.listen_address);
+  if (!listener.ok()) return listener.status();
+
   // Both are process-wide switches that take effect for servers built after them.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -49,8 +53,13 @@ absl::StatusOr<std::unique_ptr<GradServer>> GradServer::Start(const ServerOption
       memory.source, Mib(CacheBytes(memory, int64_t{256} << 20)),
       Mib(CacheBytes(memory, static_cast<int64_t>(chunking::BufferPool::kPoolBytes))));
   server->service_ = std::make_unique<GradService>(resolved);
+  server->listener_ = *std::move(listener);
 
   grpc::ServerBuilder builder;
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor =
+      builder.experimental().AddExternalConnectionAcceptor(
+          grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+          grpc::InsecureServerCredentials());
   grpc::ResourceQuota quota("gradserve");
   quota.Resize(static_cast<size_t>(resolved.grpc_memory_bytes));
   builder.SetResourceQuota(quota);
@@ -58,22 +67,21 @@ absl::StatusOr<std::unique_ptr<GradServer>> GradServer::Start(const ServerOption
     builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
     builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
   }
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
-                           &server->port_);
   builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(-1);
   server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || server->port_ == 0) {
+  if (server->server_ == nullptr) {
     return absl::UnavailableError(
-        absl::StrCat("could not listen on ", options.listen_address,
-                     " (address in use, or not an address of this host?)"));
+        absl::StrCat("gRPC could not start a server for ", options.listen_address));
   }
+  server->port_ = server->listener_->port();
+  server->listener_->Start(std::move(acceptor));
   return server;
 }
 
 GradServer::~GradServer() {
-  if (!shut_down_) Shutdown(absl::ZeroDuration());
+  if (!shut_down_ && server_ != nullptr) Shutdown(absl::ZeroDuration());
 }
 
 bool GradServer::Shutdown(absl::Duration grace) {
@@ -86,6 +94,7 @@ bool GradServer::Shutdown(absl::Duration grace) {
   // Calls still running past the grace period are cancelled; gRPC waits for their reactors
   // to finish, which the cancellation makes quick. Finished calls get a moment to flush.
   const absl::Duration flush = drained ? absl::Seconds(2) : absl::ZeroDuration();
+  listener_->Stop();  // before gRPC's shutdown (Note [Our own listening socket])
   server_->Shutdown(absl::ToChronoTime(absl::Now() + flush));
   server_->Wait();
   return drained;

@@ -4,6 +4,7 @@
 #ifndef GRADSERVE_SERVER_SERVICE_GRAD_SERVER_H_
 #define GRADSERVE_SERVER_SERVICE_GRAD_SERVER_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -11,12 +12,13 @@
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "server/service/grad_service.h"
+#include "server/service/listener.h"
 #include "server/service/server_options.h"
 
 namespace gradserve::server {
 
-// Thread safety: Shutdown may be called from any thread, once. The destructor shuts down
-// (with no grace period) if Shutdown was not called.
+// Thread safety: Shutdown may be called from any thread, once; the accessors from any thread.
+// The destructor shuts down (with no grace period) if Shutdown was not called.
 class GradServer {
  public:
   // Builds and starts the server on options.listen_address. UNAVAILABLE if the address cannot
@@ -30,6 +32,10 @@ class GradServer {
   // (--max_server_memory_bytes), ... of 23.5 GiB (physical memory)".
   const std::string& memory_line() const { return memory_line_; }
   GradService& service() { return *service_; }
+  // Connections accepted, and connections closed at once for want of file descriptors (Note
+  // [Our own listening socket] in server/service/listener.h).
+  int64_t connections_accepted() const { return listener_->accepted(); }
+  int64_t connections_shed() const { return listener_->shed(); }
 
   // Graceful shutdown: health turns NOT_SERVING, new grad calls get UNAVAILABLE, calls in
   // flight may finish within `grace`, then whatever is left is cancelled and the server stops.
@@ -40,6 +46,7 @@ class GradServer {
   GradServer() = default;
 
   std::unique_ptr<GradService> service_;  // outlives server_
+  std::unique_ptr<Listener> listener_;    // stopped before server_ shuts down
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string memory_line_;
