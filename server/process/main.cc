@@ -96,6 +96,29 @@ ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(25),
           "On SIGTERM or SIGINT: how long calls in flight may take to finish before they are "
           "cancelled. Keep below Kubernetes' terminationGracePeriodSeconds.");
 
+// Note [Connection limits] in server/service/grad_server.h: what each does, why its default.
+ABSL_FLAG(absl::Duration, max_connection_idle, kDefaults.max_connection_idle,
+          "Closes (GOAWAY) a connection that has had no call for this long; its client "
+          "reconnects on its next call. 'inf': never.");
+ABSL_FLAG(absl::Duration, max_connection_age, kDefaults.max_connection_age,
+          "Sends GOAWAY to a connection this old (gRPC varies it by +-10%), so that clients "
+          "reconnect and spread over the replicas there are now; its calls go on. 'inf': never.");
+ABSL_FLAG(absl::Duration, max_connection_age_grace, kDefaults.max_connection_age_grace,
+          "How long calls on a connection aged out by --max_connection_age may still run before "
+          "the connection is closed.");
+ABSL_FLAG(absl::Duration, keepalive_time, kDefaults.keepalive_time,
+          "Pings a connection that has been quiet this long, to find clients that vanished. "
+          "'inf': never.");
+ABSL_FLAG(absl::Duration, keepalive_timeout, kDefaults.keepalive_timeout,
+          "Closes a connection whose ping is not answered within this long, cancelling its "
+          "calls.");
+ABSL_FLAG(absl::Duration, min_client_ping_interval, kDefaults.min_client_ping_interval,
+          "How often a client may send keepalive pings, with or without calls; a client that "
+          "pings sooner three times is disconnected (GOAWAY too_many_pings).");
+ABSL_FLAG(int64_t, max_concurrent_streams, kDefaults.max_concurrent_streams,
+          "Calls (HTTP/2 streams) at once on one connection, health watches included; a client "
+          "queues more until one ends.");
+
 namespace gradserve::server {
 namespace {
 
@@ -123,6 +146,13 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.limits.max_memory_bytes = absl::GetFlag(FLAGS_max_memory_bytes);
   o.limits.max_nesting = absl::GetFlag(FLAGS_max_nesting);
   o.limits.max_backward_calls = absl::GetFlag(FLAGS_max_backward_calls);
+  o.max_connection_idle = absl::GetFlag(FLAGS_max_connection_idle);
+  o.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
+  o.max_connection_age_grace = absl::GetFlag(FLAGS_max_connection_age_grace);
+  o.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);
+  o.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout);
+  o.min_client_ping_interval = absl::GetFlag(FLAGS_min_client_ping_interval);
+  o.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   return o;
 }
 
@@ -198,6 +228,14 @@ int Main() {
   std::string host = options.listen_address.substr(0, options.listen_address.rfind(':'));
   // The sizing first: "listening on" is the line that tells scripts the server is up.
   LogLine((*server)->memory_line());
+  LogLine(absl::StrCat(
+      "connections: idle ones closed after ", absl::FormatDuration(options.max_connection_idle),
+      ", aged out after ", absl::FormatDuration(options.max_connection_age), " (grace ",
+      absl::FormatDuration(options.max_connection_age_grace), "), keepalive ping after ",
+      absl::FormatDuration(options.keepalive_time), " (timeout ",
+      absl::FormatDuration(options.keepalive_timeout), "), client pings at most every ",
+      absl::FormatDuration(options.min_client_ping_interval), ", ", options.max_concurrent_streams,
+      " streams each"));
   LogLine(absl::StrCat("listening on ", host, ":", (*server)->port(), " (version ", ServerVersion(),
                        ", malloc ", gradserve::kProcessMallocName, ")"));
 

@@ -1,6 +1,7 @@
 #include "server/service/grad_server.h"
 
 #include <chrono>
+#include <climits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,12 @@ namespace {
 
 std::string Mib(int64_t bytes) {
   return absl::StrFormat("%.0f MiB", static_cast<double>(bytes) / (1 << 20));
+}
+
+// A duration as gRPC's int milliseconds; INT_MAX, gRPC's "never", for anything longer.
+int Millis(absl::Duration d) {
+  if (d >= absl::Milliseconds(INT_MAX)) return INT_MAX;
+  return static_cast<int>(absl::ToInt64Milliseconds(d));
 }
 
 }  // namespace
@@ -70,6 +77,20 @@ absl::StatusOr<std::unique_ptr<GradServer>> GradServer::Start(const ServerOption
   builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(-1);
+  // Note [Connection limits].
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, Millis(options.max_connection_idle));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, Millis(options.max_connection_age));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                             Millis(options.max_connection_age_grace));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, Millis(options.keepalive_time));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, Millis(options.keepalive_timeout));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             Millis(options.min_client_ping_interval));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(options.max_concurrent_streams));
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr) {
     return absl::UnavailableError(

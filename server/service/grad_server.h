@@ -1,5 +1,45 @@
 // GradServer: the gRPC server around GradService, with the standard health service
-// (grpc.health.v1) and server reflection, and a graceful shutdown.
+// (grpc.health.v1) and server reflection, bounds on its connections and a graceful shutdown.
+//
+// Note [Connection limits]
+// A client's connections cost the server a file descriptor and gRPC's buffers each, and its
+// streams cost memory, whether or not it ever sends a grad call; gRPC's defaults bound none
+// of that. GradServer sets, from ServerOptions (flags of the same names):
+// - --max_connection_idle (GRPC_ARG_MAX_CONNECTION_IDLE_MS, 5 min): a connection without a
+//   call for this long gets GOAWAY and is closed; its client reconnects on its next call.
+//   Without it, idle connections stay open for good (2,000 of them used up a soft limit of
+//   1024 descriptors). 5 min is below the idle timeouts of common load balancers (AWS NLB: 350
+//   s), so that the server closes a quiet connection cleanly before a middlebox drops it.
+// - --max_connection_age (GRPC_ARG_MAX_CONNECTION_AGE_MS, 30 min, which gRPC varies by +-10%)
+//   and --max_connection_age_grace (GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, 1 min): a client's
+//   channel keeps the replica it first reached, so replicas an autoscaler adds get no old
+//   client. Aged out by a graceful GOAWAY, a client reconnects, through the Service, to any
+//   replica; calls in flight on the old connection go on for up to the grace, then it is
+//   closed. 30 min (the order gRPC's proposal A9 suggests) costs one reconnection per client
+//   per half hour.
+// - --keepalive_time and --keepalive_timeout (GRPC_ARG_KEEPALIVE_TIME_MS, _TIMEOUT_MS, 1 min
+//   and 20 s): the server pings a connection that has been quiet for a minute and closes it if
+//   the ping is unanswered for 20 s, cancelling its calls. gRPC's default of 2 h lets a client
+//   that vanished (host gone, NAT entry dropped) hold its descriptor, and its calls their
+//   engine slots up to their deadlines (maybe none), for hours. The pings go on while a
+//   connection has no call (GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA 0) until
+//   --max_connection_idle closes it.
+// - --min_client_ping_interval (GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5 s,
+//   with GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS 1 and GRPC_ARG_HTTP2_MAX_PING_STRIKES 2): a
+//   client may send keepalive pings this often, with or without calls; after its third ping
+//   too early the server sends GOAWAY "too_many_pings" and closes the connection. gRPC's
+//   default allows one ping per 5 min with calls and per 2 h without, and so cuts off the
+//   common client setting of a keepalive every 10 to 30 s (10 s is the least grpc-go and
+//   grpc-java allow); 5 s admits every such client and still stops a flood of pings.
+// - --max_concurrent_streams (GRPC_ARG_MAX_CONCURRENT_STREAMS, 100): HTTP/2's
+//   SETTINGS_MAX_CONCURRENT_STREAMS. gRPC's default is unlimited: one connection opened
+//   10,000 health Watch streams. 100 is the least RFC 9113 says a peer should allow (nginx
+//   allows 128, Go 250), and well above --max_in_flight's 32 grad calls; a client with more
+//   calls on one connection queues them itself (gRPC's clients do), and `gradserve load`
+//   spreads its calls over --connections.
+// File descriptors themselves: main raises RLIMIT_NOFILE's soft limit to the hard limit (Note
+// [Open files] in server/process/main.cc), and the listener keeps accepting once they run out
+// (Note [Our own listening socket] in server/service/listener.h).
 
 #ifndef GRADSERVE_SERVER_SERVICE_GRAD_SERVER_H_
 #define GRADSERVE_SERVER_SERVICE_GRAD_SERVER_H_
