@@ -1,5 +1,6 @@
 #include "server/service/grad_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <utility>
@@ -8,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "engine/tensor/storage.h"
+#include "grpc/grpc.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
@@ -19,6 +21,21 @@
 namespace gradserve::server {
 namespace {
 
+// Note [Draining], step 5: how long calls other than grad calls may stay open once the last
+// grad call ended.
+constexpr absl::Duration kFlush = absl::Seconds(2);
+
+// Note [Draining], step 5: waits until no grad call is open, admitted or still uploading, or
+// until `until`; true if none is. Uploads signal nothing when they end, so they are polled.
+bool GradCallsEnd(GradService& service, absl::Time until) {
+  for (;;) {
+    if (!service.WaitUntilIdle(until - absl::Now())) return false;
+    if (service.uploads().open() == 0) return true;
+    if (absl::Now() >= until) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
 std::string Mib(int64_t bytes) {
   return absl::StrFormat("%.0f MiB", static_cast<double>(bytes) / (1 << 20));
 }
@@ -27,6 +44,17 @@ std::string Mib(int64_t bytes) {
 int Millis(absl::Duration d) {
   if (d >= absl::Milliseconds(INT_MAX)) return INT_MAX;
   return static_cast<int>(absl::ToInt64Milliseconds(d));
+}
+
+// t as gRPC's C API takes it.
+gpr_timespec GprTime(absl::Time t) {
+  if (t == absl::InfiniteFuture()) return gpr_inf_future(GPR_CLOCK_REALTIME);
+  const timespec ts = absl::ToTimespec(t);
+  gpr_timespec g;
+  g.tv_sec = ts.tv_sec;
+  g.tv_nsec = static_cast<int32_t>(ts.tv_nsec);
+  g.clock_type = GPR_CLOCK_REALTIME;
+  return g;
 }
 
 }  // namespace
@@ -106,18 +134,53 @@ GradServer::~GradServer() {
 }
 
 bool GradServer::Shutdown(absl::Duration grace) {
+  if (shut_down_) return drained_;
   shut_down_ = true;
+  const absl::Time deadline = absl::Now() + grace;
+  // Note [Draining], steps 1 to 3.
+  listener_->Stop();
   if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
-    health->SetServingStatus(false);
+    health->Shutdown();  // NOT_SERVING for every service, for good
   }
-  service_->StartDraining();
-  const bool drained = service_->WaitUntilIdle(grace);
-  // Calls still running past the grace period are cancelled; gRPC waits for their reactors
-  // to finish, which the cancellation makes quick. Finished calls get a moment to flush.
-  const absl::Duration flush = drained ? absl::Seconds(2) : absl::ZeroDuration();
-  listener_->Stop();  // before gRPC's shutdown (Note [Our own listening socket])
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + flush));
+  // GOAWAY now, through gRPC's C API: grpc::Server::Shutdown sends it too, but then waits
+  // until its deadline while a health Watch is open (step 5). The queue is the C one, since a
+  // C++ CompletionQueue would take the tag for an object of its own.
+  grpc_completion_queue* shutdown_queue = grpc_completion_queue_create_for_next(nullptr);
+  int shutdown_tag = 0;
+  grpc_server_shutdown_and_notify(server_->c_server(), shutdown_queue, &shutdown_tag);
+  // True once gRPC has finished every call (and closed every connection), waiting until `until`.
+  bool finished = false;
+  auto finish_by = [&](absl::Time until) {
+    if (!finished) {
+      finished = grpc_completion_queue_next(shutdown_queue, GprTime(until), nullptr).type ==
+                 GRPC_OP_COMPLETE;
+    }
+    return finished;
+  };
+
+  // Steps 4 and 5. A grad call that comes after the service was seen idle (one that had
+  // reached gRPC's handler just before the GOAWAY, or an upload between its last chunk and its
+  // admission) makes it wait again.
+  bool drained = false;
+  for (;;) {
+    drained = GradCallsEnd(*service_, deadline);
+    if (!drained || finish_by(std::min(deadline, absl::Now() + kFlush))) break;
+    if (GradCallsEnd(*service_, absl::Now())) break;  // the rest never end by themselves
+  }
+  if (!finished) {
+    service_->StartDraining();
+    grpc_server_cancel_all_calls(server_->c_server());
+  }
+  // gRPC's own shutdown: the GOAWAY is sent and the calls are over or cancelled, so this only
+  // waits for the cancelled calls' reactors, and releases what the C++ server holds.
+  server_->Shutdown(absl::ToChronoTime(absl::Now()));
   server_->Wait();
+  grpc_completion_queue_shutdown(shutdown_queue);
+  while (grpc_completion_queue_next(shutdown_queue, gpr_inf_future(GPR_CLOCK_REALTIME), nullptr)
+             .type != GRPC_QUEUE_SHUTDOWN) {
+  }
+  grpc_completion_queue_destroy(shutdown_queue);
+  drained_ = drained;
   return drained;
 }
 

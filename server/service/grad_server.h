@@ -40,6 +40,35 @@
 // File descriptors themselves: main raises RLIMIT_NOFILE's soft limit to the hard limit (Note
 // [Open files] in server/process/main.cc), and the listener keeps accepting once they run out
 // (Note [Our own listening socket] in server/service/listener.h).
+//
+// Note [Draining]
+// Shutdown(grace) (main calls it on SIGTERM: Note [Stop signals] in server/process/main.cc)
+// moves clients away at once and lets calls in flight finish:
+// 1. Listener::Stop: the port closes, so a new connection is refused.
+// 2. Health turns NOT_SERVING: a client watching it (grpc.health.v1.Health/Watch, as gRPC's
+//    client-side health checking does) is told at once.
+// 3. grpc_server_shutdown_and_notify: GOAWAY on every connection, at once. A client's channel
+//    sends no new call on its connection and reconnects, to another replica (round_robin over
+//    several addresses, or a Service address that no longer leads here); its calls sent before
+//    the GOAWAY reached it run here. (A call that arrives after this point, in the instant the
+//    GOAWAY travels, is ended by gRPC before any handler sees it: its client gets CANCELLED,
+//    which gRPC 1.51 does not let a server change.)
+// 4. Calls in flight go on, uploads still arriving included. Admission stays open: a grad call
+//    that reaches GradService now was sent before its client saw the GOAWAY (or is a stream
+//    that began before it and has only now fully arrived), so it is served, not refused.
+// 5. The drain ends when gRPC has finished every call; or 2 s after the last grad call ended
+//    (admitted or still uploading) if something else is still open, such as a health Watch
+//    stream, which never ends by itself (the 2 s let the last responses flush); or when the
+//    grace period ends. What is still open then is cancelled, after GradService::StartDraining,
+//    so that nothing is admitted meanwhile. An upload whose client stalls is ended by
+//    --upload_idle_timeout, as at any other time.
+// What a Kubernetes readiness probe sees from step 1 on: a refused connection, so the probe
+// fails and the pod is not ready, as NOT_SERVING would make it. It cannot be answered
+// NOT_SERVING instead: gRPC 1.51 cannot send GOAWAY without refusing new calls, health checks
+// included, and a probe makes a new connection each time. Kubernetes takes a terminating pod
+// out of its Service's endpoints by itself; deploy/k8s/deployment.yaml's preStop sleep keeps
+// the server serving until that has reached every node, so that clients' reconnections after
+// the GOAWAY go to the other replicas.
 
 #ifndef GRADSERVE_SERVER_SERVICE_GRAD_SERVER_H_
 #define GRADSERVE_SERVER_SERVICE_GRAD_SERVER_H_
@@ -57,8 +86,9 @@
 
 namespace gradserve::server {
 
-// Thread safety: Shutdown may be called from any thread, once; the accessors from any thread.
-// The destructor shuts down (with no grace period) if Shutdown was not called.
+// Thread safety: Shutdown may be called from any thread, but not from two at once; a second
+// call returns at once. The accessors may be called from any thread. The destructor shuts down
+// (with no grace period) if Shutdown was not called.
 class GradServer {
  public:
   // Builds and starts the server on options.listen_address. UNAVAILABLE if the address cannot
@@ -77,9 +107,10 @@ class GradServer {
   int64_t connections_accepted() const { return listener_->accepted(); }
   int64_t connections_shed() const { return listener_->shed(); }
 
-  // Graceful shutdown: health turns NOT_SERVING, new grad calls get UNAVAILABLE, calls in
-  // flight may finish within `grace`, then whatever is left is cancelled and the server stops.
-  // Returns true if every admitted call finished within the grace period.
+  // Note [Draining]: the port closed, health NOT_SERVING and GOAWAY on every connection at
+  // once; calls in flight may finish within `grace`, then whatever is left is cancelled and
+  // the server stops. Returns true if every admitted grad call finished within the grace
+  // period (a second call: what the first returned).
   bool Shutdown(absl::Duration grace);
 
  private:
@@ -91,6 +122,7 @@ class GradServer {
   int port_ = 0;
   std::string memory_line_;
   bool shut_down_ = false;
+  bool drained_ = false;  // what Shutdown returned
 };
 
 }  // namespace gradserve::server
