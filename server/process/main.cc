@@ -1,10 +1,16 @@
 // gradserve-server: computes gradients for gRPC clients. See --help.
 
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -13,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/device/device_registry.h"
 #include "program/flag_arguments.h"
@@ -92,8 +99,30 @@ ABSL_FLAG(int, simulated_devices, 0,
           "Simulated accelerators to register (sim:0 ...): host memory behind a device's "
           "interface, with their own worker threads.");
 ABSL_FLAG(absl::Duration, grace_period, absl::Seconds(25),
-          "On SIGTERM or SIGINT: how long calls in flight may take to finish before they are "
-          "cancelled. Keep below Kubernetes' terminationGracePeriodSeconds.");
+          "On SIGTERM, SIGINT or SIGHUP: how long calls in flight may take to finish before they "
+          "are cancelled. Keep terminationGracePeriodSeconds above it plus the preStop sleep.");
+// Note [Connection limits] in server/service/grad_server.h: what each does, why its default.
+ABSL_FLAG(absl::Duration, max_connection_idle, kDefaults.max_connection_idle,
+          "Closes (GOAWAY) a connection that has had no call for this long; its client "
+          "reconnects on its next call. 'inf': never.");
+ABSL_FLAG(absl::Duration, max_connection_age, kDefaults.max_connection_age,
+          "Sends GOAWAY to a connection this old (gRPC varies it by +-10%), so that clients "
+          "reconnect and spread over the replicas there are now; its calls go on. 'inf': never.");
+ABSL_FLAG(absl::Duration, max_connection_age_grace, kDefaults.max_connection_age_grace,
+          "How long calls on a connection aged out by --max_connection_age may still run before "
+          "the connection is closed.");
+ABSL_FLAG(absl::Duration, keepalive_time, kDefaults.keepalive_time,
+          "Pings a connection that has been quiet this long, to find clients that vanished. "
+          "'inf': never.");
+ABSL_FLAG(absl::Duration, keepalive_timeout, kDefaults.keepalive_timeout,
+          "Closes a connection whose ping is not answered within this long, cancelling its "
+          "calls.");
+ABSL_FLAG(absl::Duration, min_client_ping_interval, kDefaults.min_client_ping_interval,
+          "How often a client may send keepalive pings, with or without calls; a client that "
+          "pings sooner three times is disconnected (GOAWAY too_many_pings).");
+ABSL_FLAG(int64_t, max_concurrent_streams, kDefaults.max_concurrent_streams,
+          "Calls (HTTP/2 streams) at once on one connection, health watches included; a client "
+          "queues more until one ends.");
 
 namespace gradserve::server {
 namespace {
@@ -122,18 +151,125 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.limits.max_memory_bytes = absl::GetFlag(FLAGS_max_memory_bytes);
   o.limits.max_nesting = absl::GetFlag(FLAGS_max_nesting);
   o.limits.max_backward_calls = absl::GetFlag(FLAGS_max_backward_calls);
+  o.max_connection_idle = absl::GetFlag(FLAGS_max_connection_idle);
+  o.max_connection_age = absl::GetFlag(FLAGS_max_connection_age);
+  o.max_connection_age_grace = absl::GetFlag(FLAGS_max_connection_age_grace);
+  o.keepalive_time = absl::GetFlag(FLAGS_keepalive_time);
+  o.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout);
+  o.min_client_ping_interval = absl::GetFlag(FLAGS_min_client_ping_interval);
+  o.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   return o;
 }
 
-int Main() {
-  // Block the stop signals in every thread (threads inherit the mask), so that this thread
-  // alone takes them, with sigwait, outside any signal handler.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+// Note [Open files]
+// Every connection holds a file descriptor, and Linux's default soft RLIMIT_NOFILE is 1024
+// (2,000 idle connections used it up), while the hard limit is usually far higher (524288
+// under systemd, 1048576 in most container runtimes). A process may raise its soft limit to
+// its hard limit without privilege, so the server does so before it starts, and says so in a
+// start-up line. Past the hard limit, the listener sheds new connections instead of stopping
+// (Note [Our own listening socket] in server/service/listener.h), and --max_connection_idle
+// closes what an attacker leaves open.
+std::string RaiseOpenFileLimit() {
+  rlimit limit;
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return "open files: limit unknown";
+  const rlim_t before = limit.rlim_cur;
+  // An unlimited hard limit is still capped by the kernel (fs.nr_open); ask for 2^20 then.
+  const rlim_t target = limit.rlim_max == RLIM_INFINITY ? rlim_t{1} << 20 : limit.rlim_max;
+  if (before != RLIM_INFINITY && before < target) {
+    rlimit raised = limit;
+    raised.rlim_cur = target;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  auto text = [](rlim_t v) {
+    return v == RLIM_INFINITY ? std::string("unlimited") : absl::StrCat(v);
+  };
+  if (limit.rlim_cur == before) {
+    return absl::StrCat("open files: soft limit ", text(before), " (hard limit ",
+                        text(limit.rlim_max), ")");
+  }
+  return absl::StrCat("open files: soft limit ", text(limit.rlim_cur), ", raised from ",
+                      text(before), " (hard limit ", text(limit.rlim_max), ")");
+}
 
+// Note [Stop signals]
+// SIGTERM, SIGINT and SIGHUP stop the server gracefully (Note [Draining] in
+// server/service/grad_server.h); only the first one counts. Until the drain ends (the calls in
+// flight finished, or the grace period ended) further ones are logged and ignored, and the
+// process exits 0: Kubernetes sends SIGTERM once and SIGKILL at the end of
+// terminationGracePeriodSeconds, and a second Ctrl-C must not lose the calls in flight.
+// No thread may take a stop signal with its default action, which kills the process. main
+// blocks the three before any thread of its own starts, so that gRPC's, the workers' and the
+// drain's threads inherit the mask; but threads that libraries start before main runs
+// (OpenBLAS starts its pool when it is loaded) have them unblocked, and the kernel may hand a
+// process's signal to any thread that does not block it. So the three also get a handler,
+// which only writes the signal's number to a pipe (write is async-signal-safe), and main's
+// thread reads the pipe in ppoll, which unblocks the three for that thread alone while it
+// waits: whichever thread takes a signal, it ends up in the pipe, and nothing but main's
+// thread acts on it. The drain runs on a thread of its own, which writes a 0 to the pipe when
+// it is done, so that main's thread keeps reading, and ignoring, signals until then.
+constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGHUP};
+int signal_pipe[2] = {-1, -1};  // written by OnStopSignal and the drain; read by main's thread
+
+void OnStopSignal(int signal_number) {
+  const int saved_errno = errno;
+  const unsigned char byte = static_cast<unsigned char>(signal_number);
+  [[maybe_unused]] const ssize_t written = write(signal_pipe[1], &byte, 1);  // full: dropped
+  errno = saved_errno;
+}
+
+sigset_t StopSignalSet() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : kStopSignals) sigaddset(&set, s);
+  return set;
+}
+
+// Installs the handler and blocks the stop signals in this thread, hence in every thread it
+// starts. Call first in main, before any thread starts. False if the pipe cannot be made.
+bool SetUpStopSignals() {
+  if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return false;
+  struct sigaction action = {};
+  action.sa_handler = OnStopSignal;
+  action.sa_mask = StopSignalSet();  // one handler at a time
+  action.sa_flags = SA_RESTART;
+  for (int s : kStopSignals) {
+    // A signal the process was started with ignored (nohup ignores SIGHUP) stays ignored.
+    struct sigaction inherited = {};
+    if (sigaction(s, nullptr, &inherited) == 0 && inherited.sa_handler == SIG_IGN) continue;
+    sigaction(s, &action, nullptr);
+  }
+  const sigset_t set = StopSignalSet();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return true;
+}
+
+// The next byte of the pipe: a stop signal's number, or 0 when the drain is done. Blocks, with
+// the stop signals unblocked for this thread alone while it waits.
+int NextStopEvent() {
+  sigset_t waiting;
+  pthread_sigmask(SIG_SETMASK, nullptr, &waiting);
+  for (int s : kStopSignals) sigdelset(&waiting, s);
+  for (;;) {
+    unsigned char byte = 0;
+    if (read(signal_pipe[0], &byte, 1) == 1) return byte;
+    pollfd readable = {signal_pipe[0], POLLIN, 0};
+    ppoll(&readable, 1, nullptr, &waiting);  // EINTR when the handler ran on this thread
+  }
+}
+
+const char* SignalName(int signal_number) {
+  switch (signal_number) {
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    case SIGHUP:
+      return "SIGHUP";
+  }
+  return "a signal";
+}
+
+int Main() {
   absl::StatusOr<DeviceSelection> selection = ParseDevicesFlag(absl::GetFlag(FLAGS_devices));
   if (!selection.ok()) {
     std::fprintf(stderr, "gradserve-server: %s\n",
@@ -158,6 +294,7 @@ int Main() {
     return 2;
   }
   const ServerOptions& options = *parsed;
+  LogLine(RaiseOpenFileLimit());  // Note [Open files]
   absl::StatusOr<std::unique_ptr<GradServer>> server = GradServer::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "gradserve-server: %s\n", std::string(server.status().message()).c_str());
@@ -166,15 +303,39 @@ int Main() {
   std::string host = options.listen_address.substr(0, options.listen_address.rfind(':'));
   // The sizing first: "listening on" is the line that tells scripts the server is up.
   LogLine((*server)->memory_line());
+  LogLine(absl::StrCat(
+      "connections: idle ones closed after ", absl::FormatDuration(options.max_connection_idle),
+      ", aged out after ", absl::FormatDuration(options.max_connection_age), " (grace ",
+      absl::FormatDuration(options.max_connection_age_grace), "), keepalive ping after ",
+      absl::FormatDuration(options.keepalive_time), " (timeout ",
+      absl::FormatDuration(options.keepalive_timeout), "), client pings at most every ",
+      absl::FormatDuration(options.min_client_ping_interval), ", ", options.max_concurrent_streams,
+      " streams each"));
   LogLine(absl::StrCat("listening on ", host, ":", (*server)->port(), " (version ", ServerVersion(),
                        ", malloc ", gradserve::kProcessMallocName, ")"));
 
-  int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
+  // Note [Stop signals]
+  const int signal_number = NextStopEvent();
   const absl::Duration grace = absl::GetFlag(FLAGS_grace_period);
-  LogLine(absl::StrCat("got signal ", signal_number, "; draining for up to ",
+  const absl::Time deadline = absl::Now() + grace;
+  LogLine(absl::StrCat("got ", SignalName(signal_number),
+                       ": closing the port, health NOT_SERVING, GOAWAY to every connection; "
+                       "calls in flight have up to ",
                        absl::FormatDuration(grace)));
-  const bool drained = (*server)->Shutdown(grace);
+  bool drained = false;
+  std::thread drain([&] {
+    drained = (*server)->Shutdown(grace);
+    const unsigned char done = 0;
+    while (write(signal_pipe[1], &done, 1) != 1 && (errno == EINTR || errno == EAGAIN)) {
+      absl::SleepFor(absl::Milliseconds(1));  // full of signals: main's thread empties it
+    }
+  });
+  for (int event = NextStopEvent(); event != 0; event = NextStopEvent()) {
+    LogLine(absl::StrCat("got ", SignalName(event), " again; ignored while draining (up to ",
+                         absl::FormatDuration(absl::Ceil(deadline - absl::Now(), absl::Seconds(1))),
+                         " left)"));
+  }
+  drain.join();
   LogLine(drained ? "every call in flight finished; exiting"
                   : "grace period over; calls still in flight were cancelled; exiting");
   server->reset();
@@ -185,13 +346,19 @@ int Main() {
 }  // namespace gradserve::server
 
 int main(int argc, char** argv) {
+  // Note [Stop signals]: before anything might start a thread.
+  if (!gradserve::server::SetUpStopSignals()) {
+    std::perror("gradserve-server: pipe2");
+    return 1;
+  }
   gradserve::StartProcess();  // Note [The server's malloc], Note [Mutex deadlock detection]
   absl::SetProgramUsageMessage(
       "Computes gradients for gRPC clients (service gradserve.v1.GradService, plus "
       "grpc.health.v1 and server reflection).\n"
       "Usage: gradserve-server [--listen=127.0.0.1:50051] [--flags...]\n"
-      "Stops on SIGTERM or SIGINT: health turns NOT_SERVING, new calls get UNAVAILABLE, calls "
-      "in flight finish within --grace_period, then it exits 0.");
+      "Stops on SIGTERM, SIGINT or SIGHUP: the port closes, health turns NOT_SERVING and every "
+      "connection gets GOAWAY (clients move to other replicas), calls in flight finish within "
+      "--grace_period, then it exits 0; further stop signals meanwhile are ignored.");
   // --help lists this file's flags: absl's default looks for a file named after the program,
   // and would list none.
   absl::FlagsUsageConfig usage;

@@ -2,8 +2,9 @@
 //
 // Note [Request flow]
 // Each call is admitted first (at most max_in_flight grad calls at once, otherwise
-// RESOURCE_EXHAUSTED at once; UNAVAILABLE while draining); a streamed call only once it has
-// fully arrived, as an upload until then (Note [Uploads apart from work] in
+// RESOURCE_EXHAUSTED at once; UNAVAILABLE after StartDraining, at the end of a drain: Note
+// [Draining] in server/service/grad_server.h); a streamed call only once it has fully
+// arrived, as an upload until then (Note [Uploads apart from work] in
 // server/limits/upload_tracker.h). What a call holds counts against the server's memory
 // budget (Note [Sizing the server's memory]): a unary request's bytes from admission, an
 // upload's as they arrive, the tensors of every request (each request's budget lies within the

@@ -38,6 +38,22 @@ absl::Status ParseLogRequests(const std::string& text, ServerOptions::LogRequest
 }
 
 absl::Status CheckOptions(const ServerOptions& o) {
+  for (auto [name, value] :
+       {std::pair<const char*, absl::Duration>{"max_connection_idle", o.max_connection_idle},
+        {"max_connection_age", o.max_connection_age},
+        {"max_connection_age_grace", o.max_connection_age_grace},
+        {"keepalive_time", o.keepalive_time},
+        {"keepalive_timeout", o.keepalive_timeout},
+        {"min_client_ping_interval", o.min_client_ping_interval}}) {
+    if (value <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, " must be positive, got ", absl::FormatDuration(value)));
+    }
+  }
+  if (o.max_concurrent_streams > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_concurrent_streams is at most ", INT32_MAX, " (HTTP/2's limit)"));
+  }
   if (o.worker_threads < 0) {
     return absl::InvalidArgumentError("--worker_threads must be 0 (one per core) or more");
   }
@@ -70,6 +86,7 @@ absl::Status CheckOptions(const ServerOptions& o) {
         {"max_request_bytes", o.max_request_bytes},
         {"chunk_bytes", o.chunk_bytes},
         {"max_in_flight", o.max_in_flight},
+        {"max_concurrent_streams", o.max_concurrent_streams},
         {"max_ops", o.limits.max_ops},
         {"max_leaves", o.limits.max_leaves},
         {"max_tensor_elements", o.limits.max_tensor_elements},

@@ -54,6 +54,27 @@ struct ServerOptions {
   LogRequests log_requests = LogRequests::kErrors;
   // Per-request limits enforced by the interpreter and by the request's validation.
   graph::Limits limits;
+
+  // Connections (Note [Connection limits] in server/service/grad_server.h says what each does
+  // and why its default). An infinite duration turns off idle and age limits and keepalive.
+  // A connection without calls for this long is closed (GOAWAY).
+  absl::Duration max_connection_idle = absl::Minutes(5);
+  // A connection is sent GOAWAY after this long (+-10%, gRPC's jitter), so that clients
+  // reconnect and spread over the replicas there are now ...
+  absl::Duration max_connection_age = absl::Minutes(30);
+  // ... and closed this long after that GOAWAY, whatever calls are still running on it.
+  absl::Duration max_connection_age_grace = absl::Minutes(1);
+  // The server pings a connection after this long without activity, and closes it if the
+  // ping is not answered within keepalive_timeout: a vanished client's calls and descriptor
+  // are released.
+  absl::Duration keepalive_time = absl::Minutes(1);
+  absl::Duration keepalive_timeout = absl::Seconds(20);
+  // A client may ping (keepalive) this often, with or without calls; a client that pings more
+  // often than this three times is sent GOAWAY ("too_many_pings") and disconnected.
+  absl::Duration min_client_ping_interval = absl::Seconds(5);
+  // HTTP/2 streams (calls) at once on one connection; a client queues more until one ends.
+  int64_t max_concurrent_streams = 100;
+
   // For tests: runs on the thread that is about to run an admitted grad request (gRPC's for
   // one that runs inline, a worker's otherwise), with its cancellation token, before the work.
   std::function<void(const v1::GradRequest&, const autograd::CancellationToken&)>

@@ -53,6 +53,62 @@ TEST(ServerFlagsTest, BadFlagValuesStopTheBinaryWithAMessage) {
   }
 }
 
+// Note [Connection limits] (server/service/grad_server.h): durations must be positive (or
+// 'inf'), the stream cap positive and within HTTP/2's int.
+TEST(ServerFlagsTest, ConnectionLimitsAreChecked) {
+  EXPECT_TRUE(server::CheckOptions(TestOptions()).ok());
+  using Field = absl::Duration ServerOptions::*;
+  for (auto [name, field] :
+       {std::pair<const char*, Field>{"--max_connection_idle", &ServerOptions::max_connection_idle},
+        {"--max_connection_age", &ServerOptions::max_connection_age},
+        {"--max_connection_age_grace", &ServerOptions::max_connection_age_grace},
+        {"--keepalive_time", &ServerOptions::keepalive_time},
+        {"--keepalive_timeout", &ServerOptions::keepalive_timeout},
+        {"--min_client_ping_interval", &ServerOptions::min_client_ping_interval}}) {
+    ServerOptions o = TestOptions();
+    o.*field = absl::InfiniteDuration();
+    EXPECT_TRUE(server::CheckOptions(o).ok()) << name;
+    for (absl::Duration bad : {absl::ZeroDuration(), absl::Seconds(-1)}) {
+      o.*field = bad;
+      absl::Status s = server::CheckOptions(o);
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name;
+      EXPECT_TRUE(absl::StrContains(s.message(), name)) << s;
+    }
+  }
+  for (int64_t bad : {int64_t{0}, int64_t{-3}, int64_t{INT32_MAX} + 1}) {
+    ServerOptions o = TestOptions();
+    o.max_concurrent_streams = bad;
+    absl::Status s = server::CheckOptions(o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_TRUE(absl::StrContains(s.message(), "--max_concurrent_streams")) << s;
+  }
+}
+
+TEST(ServerFlagsTest, BadConnectionFlagsStopTheBinary) {
+  for (const char* flag :
+       {"--max_connection_idle=0s", "--max_connection_age=-5m", "--keepalive_timeout=soon",
+        "--max_concurrent_streams=0", "--min_client_ping_interval=0"}) {
+    ServerProcess process({flag});
+    EXPECT_EQ(process.WaitForExit(absl::Seconds(20)), 2) << flag;
+    const std::string name = std::string(flag).substr(2, std::string(flag).find('=') - 2);
+    EXPECT_TRUE(absl::StrContains(process.Log(), name)) << process.Log();
+  }
+}
+
+// The start-up lines give the connection limits in force.
+TEST(ServerFlagsTest, StartUpLinesGiveTheConnectionLimits) {
+  ServerProcess process({"--max_connection_idle=90s", "--max_connection_age=inf",
+                         "--max_concurrent_streams=7", "--min_client_ping_interval=2s"});
+  ASSERT_GT(process.WaitForPort(absl::Seconds(30)), 0) << process.Log();
+  const std::string log = process.Log();
+  EXPECT_TRUE(absl::StrContains(log,
+                                "connections: idle ones closed after 1m30s, aged out after "
+                                "inf (grace 1m), keepalive ping after 1m (timeout 20s), "
+                                "client pings at most every 2s, 7 streams each"))
+      << log;
+  EXPECT_TRUE(absl::StrContains(log, "open files: soft limit ")) << log;
+}
+
 // Note [Flag spelling] (program/flag_arguments.h): --grace-period is --grace_period; a name
 // that is no flag either way still stops the server, named as typed.
 TEST(ServerFlagsTest, FlagNamesMayBeWrittenWithHyphens) {
@@ -79,8 +135,11 @@ TEST(ServerFlagsTest, FlagNamesMayBeWrittenWithHyphens) {
 TEST(ServerFlagsTest, HelpListsTheServersFlags) {
   ServerProcess process({"--help"});
   EXPECT_EQ(process.WaitForExit(absl::Seconds(20)), 1);  // absl's exit code for --help
-  for (const char* flag : {"--listen", "--max_in_flight", "--log_requests", "--max_inline_cost",
-                           "--grace_period", "--devices", "--simulated_devices"}) {
+  for (const char* flag :
+       {"--listen", "--max_in_flight", "--log_requests", "--max_inline_cost", "--grace_period",
+        "--devices", "--simulated_devices", "--max_connection_idle", "--max_connection_age",
+        "--max_connection_age_grace", "--keepalive_time", "--keepalive_timeout",
+        "--min_client_ping_interval", "--max_concurrent_streams"}) {
     EXPECT_TRUE(absl::StrContains(process.Log(), flag)) << flag << "\n" << process.Log();
   }
 }
