@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "engine/util/quote.h"
 #include "engine/util/status_error.h"
 #include "server/run/graph_cache.h"
 #include "server/wire/wire.h"
@@ -54,7 +55,7 @@ absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const gra
     absl::StatusOr<Tensor> value = g.Value(name);
     if (!value.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("return_values[", i, "]: the graph has no value named '", name, "'"));
+          absl::StrCat("return_values[", i, "]: the graph has no value named ", Quote(name)));
     }
     v1::NamedTensor* out = response->add_values();
     out->set_name(name);
