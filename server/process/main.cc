@@ -64,6 +64,9 @@ ABSL_FLAG(int64_t, max_nesting, kDefaults.limits.max_nesting,
           "Depth of checkpoint bodies within checkpoint bodies.");
 ABSL_FLAG(int64_t, max_backward_calls, kDefaults.limits.max_backward_calls,
           "Backward calls per request.");
+ABSL_FLAG(int64_t, max_name_bytes, kDefaults.limits.max_name_bytes,
+          "Bytes of any one string of a request: request id, value, leaf, op and attribute "
+          "names, string attributes, device names. Longer ones are refused (INVALID_ARGUMENT).");
 ABSL_FLAG(std::string, devices, "all",
           "Devices requests may name besides the CPU (which is always there): 'all' (the CPU "
           "and every GPU found, none being fine), or a comma-separated list of 'cpu', 'cuda' "
@@ -100,6 +103,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.limits.max_memory_bytes = absl::GetFlag(FLAGS_max_memory_bytes);
   o.limits.max_nesting = absl::GetFlag(FLAGS_max_nesting);
   o.limits.max_backward_calls = absl::GetFlag(FLAGS_max_backward_calls);
+  o.limits.max_name_bytes = absl::GetFlag(FLAGS_max_name_bytes);
   return o;
 }
 
@@ -144,6 +148,7 @@ int Main() {
   std::string host = options.listen_address.substr(0, options.listen_address.rfind(':'));
   LogLine(absl::StrCat("listening on ", host, ":", (*server)->port(), " (version ", ServerVersion(),
                        ", malloc ", gradserve::kProcessMallocName, ")"));
+  LogLine(absl::StrCat("limits: ", DescribeLimits(DescribeServer(options).limits())));
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);

@@ -63,7 +63,8 @@ absl::Status CheckOptions(const ServerOptions& o) {
         {"max_tensor_elements", o.limits.max_tensor_elements},
         {"max_memory_bytes", o.limits.max_memory_bytes},
         {"max_nesting", o.limits.max_nesting},
-        {"max_backward_calls", o.limits.max_backward_calls}}) {
+        {"max_backward_calls", o.limits.max_backward_calls},
+        {"max_name_bytes", o.limits.max_name_bytes}}) {
     if (absl::Status s = Positive(name, value); !s.ok()) return s;
   }
   return absl::OkStatus();
