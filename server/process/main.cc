@@ -67,6 +67,9 @@ ABSL_FLAG(int64_t, max_backward_calls, kDefaults.limits.max_backward_calls,
 ABSL_FLAG(int64_t, max_name_bytes, kDefaults.limits.max_name_bytes,
           "Bytes of any one string of a request: request id, value, leaf, op and attribute "
           "names, string attributes, device names. Longer ones are refused (INVALID_ARGUMENT).");
+ABSL_FLAG(int64_t, log_refusals_per_second, kDefaults.log_refusals_per_second,
+          "At most this many log lines a second for failed and refused requests; the others are "
+          "counted in a summary line.");
 ABSL_FLAG(std::string, devices, "all",
           "Devices requests may name besides the CPU (which is always there): 'all' (the CPU "
           "and every GPU found, none being fine), or a comma-separated list of 'cpu', 'cuda' "
@@ -104,6 +107,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.limits.max_nesting = absl::GetFlag(FLAGS_max_nesting);
   o.limits.max_backward_calls = absl::GetFlag(FLAGS_max_backward_calls);
   o.limits.max_name_bytes = absl::GetFlag(FLAGS_max_name_bytes);
+  o.log_refusals_per_second = absl::GetFlag(FLAGS_log_refusals_per_second);
   return o;
 }
 

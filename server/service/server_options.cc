@@ -58,6 +58,7 @@ absl::Status CheckOptions(const ServerOptions& o) {
         {"max_request_bytes", o.max_request_bytes},
         {"chunk_bytes", o.chunk_bytes},
         {"max_in_flight", o.max_in_flight},
+        {"log_refusals_per_second", o.log_refusals_per_second},
         {"max_ops", o.limits.max_ops},
         {"max_leaves", o.limits.max_leaves},
         {"max_tensor_elements", o.limits.max_tensor_elements},
