@@ -106,16 +106,19 @@ absl::Status CheckOpStrings(const v1::Op& op, int index, const graph::Limits& li
       !s.ok()) {
     return s;
   }
-  for (const auto& [name, value] : op.attrs()) {
+  for (const auto& attr : op.attrs()) {
+    // Not a structured binding: clang 14 (the fuzz build) cannot capture one in a lambda.
+    const std::string& name = attr.first;
+    const v1::AttrValue& value = attr.second;
     if (absl::Status s = CheckString(name, limits,
                                      [&] { return absl::StrCat(described(), ": attribute name"); });
         !s.ok()) {
       return s;
     }
-    auto attr = [&] { return absl::StrCat(described(), ": attribute ", Quote(name), ": string"); };
+    auto what = [&] { return absl::StrCat(described(), ": attribute ", Quote(name), ": string"); };
     if (absl::Status s = value.value_case() == v1::AttrValue::kS
-                             ? CheckString(value.s(), limits, attr)
-                             : CheckStrings(value.strings().values(), limits, attr);
+                             ? CheckString(value.s(), limits, what)
+                             : CheckStrings(value.strings().values(), limits, what);
         !s.ok()) {
       return s;
     }
@@ -442,7 +445,9 @@ absl::StatusOr<graph::Graph> BuildGraph(const v1::Graph& g, const graph::Limits&
     dst.inputs.assign(op.inputs().begin(), op.inputs().end());
     dst.outputs.assign(op.outputs().begin(), op.outputs().end());
     dst.no_grad = op.no_grad();
-    for (const auto& [name, value] : op.attrs()) {
+    for (const auto& entry : op.attrs()) {
+      const std::string& name = entry.first;  // captured below: no structured binding (clang 14)
+      const v1::AttrValue& value = entry.second;
       absl::StatusOr<ops::AttrValue> attr = FromProto(value, [&] {
         return absl::StrCat(scope, DescribeOp(op, i), ": attribute ", Quote(name));
       });
@@ -607,7 +612,9 @@ absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const gr
     const v1::BackwardCall& call = request.calls(c);
     if (absl::Status s = CheckCallStrings(call, c, limits); !s.ok()) return s;
     absl::flat_hash_set<std::string> roots(call.roots().begin(), call.roots().end());
-    for (const auto& [root, seed] : call.seeds()) {
+    for (const auto& entry : call.seeds()) {
+      const std::string& root = entry.first;  // captured below: no structured binding (clang 14)
+      const v1::Tensor& seed = entry.second;
       if (!roots.contains(root)) {
         return absl::InvalidArgumentError(absl::StrCat("call #", c, ": seed given for ",
                                                        Quote(root),
