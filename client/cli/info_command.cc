@@ -35,12 +35,12 @@ void PrintInfo(const client::v1::ServerInfo& info) {
   std::printf(
       "limits: message %lld B, request %lld B, ops %lld, leaves %lld, tensor %lld "
       "elements, memory %lld B per request, nesting %lld, backward calls %lld, in flight "
-      "%lld\n",
+      "%lld, names %lld B\n",
       static_cast<long long>(l.max_message_bytes()), static_cast<long long>(l.max_request_bytes()),
       static_cast<long long>(l.max_ops()), static_cast<long long>(l.max_leaves()),
       static_cast<long long>(l.max_tensor_elements()), static_cast<long long>(l.max_memory_bytes()),
       static_cast<long long>(l.max_nesting()), static_cast<long long>(l.max_backward_calls()),
-      static_cast<long long>(l.max_in_flight()));
+      static_cast<long long>(l.max_in_flight()), static_cast<long long>(l.max_name_bytes()));
   std::printf("devices:\n");
   for (const auto& d : info.devices()) {
     std::printf("  %-8s %s\n", d.name().c_str(), d.description().c_str());

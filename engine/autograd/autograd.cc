@@ -5,13 +5,14 @@
 #include "absl/strings/str_cat.h"
 #include "engine/autograd/engine.h"
 #include "engine/autograd/variable.h"
+#include "engine/util/quote.h"
 
 namespace gradserve::autograd {
 namespace {
 
 // What error messages call tensor i of a list: its name if it has one.
 std::string Describe(const char* what, size_t i, const Tensor& t) {
-  if (t.defined() && !t.name().empty()) return absl::StrCat(what, " '", t.name(), "'");
+  if (t.defined() && !t.name().empty()) return absl::StrCat(what, " ", Quote(t.name()));
   return absl::StrCat(what, " ", i);
 }
 

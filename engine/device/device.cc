@@ -3,6 +3,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "engine/util/quote.h"
 
 namespace gradserve {
 
@@ -39,13 +40,13 @@ absl::StatusOr<Device> ParseDevice(absl::string_view name) {
     device.type = DeviceType::kCUDA;
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown device '", name, "': expected cpu, cuda:N or sim:N"));
+        absl::StrCat("unknown device ", Quote(name), ": expected cpu, cuda:N or sim:N"));
   }
   if (!index_text.empty()) {
     int index = 0;
     if (!absl::SimpleAtoi(index_text, &index) || index < 0 || index > 1023 ||
         (device.is_cpu() && index != 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("bad device index in '", name, "'"));
+      return absl::InvalidArgumentError(absl::StrCat("bad device index in ", Quote(name)));
     }
     device.index = static_cast<int16_t>(index);
   }

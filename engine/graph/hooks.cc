@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/ops/op_registry.h"
+#include "engine/util/quote.h"
 #include "engine/util/status_error.h"
 
 namespace gradserve::graph {
@@ -104,8 +105,9 @@ void CheckParams(const ops::Attrs& attrs, const std::string& kind,
     if (name == "kind" || allowed.count(name) > 0) continue;
     const std::string takes = allowed.empty() ? std::string("no parameters")
                                               : absl::StrCat("only ", absl::StrJoin(allowed, ", "));
-    ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
-        "attribute '", name, "' does not apply to hook kind '", kind, "' (it takes ", takes, ")")));
+    ThrowStatus(absl::InvalidArgumentError(absl::StrCat("attribute ", Quote(name),
+                                                        " does not apply to hook kind ",
+                                                        Quote(kind), " (it takes ", takes, ")")));
   }
 }
 
@@ -136,8 +138,9 @@ std::shared_ptr<TensorHook> MakeGradientHook(const ops::Attrs& attrs) {
                                           attrs.GetOptionalFloat("posinf"),
                                           attrs.GetOptionalFloat("neginf"));
   }
-  ThrowStatus(absl::InvalidArgumentError(absl::StrCat(
-      "attribute 'kind': unknown hook kind '", kind, "' (known: scale, clamp, zero, nan_to_num)")));
+  ThrowStatus(
+      absl::InvalidArgumentError(absl::StrCat("attribute 'kind': unknown hook kind ", Quote(kind),
+                                              " (known: scale, clamp, zero, nan_to_num)")));
 }
 
 }  // namespace gradserve::graph

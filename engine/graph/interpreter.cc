@@ -21,6 +21,7 @@
 #include "engine/graph/graph_level_ops.h"
 #include "engine/graph/hooks.h"
 #include "engine/ops/op_registry.h"
+#include "engine/util/quote.h"
 #include "engine/util/status_error.h"
 
 namespace gradserve::graph {
@@ -132,8 +133,8 @@ TensorList RunBody(const std::shared_ptr<const Graph>& body, const std::string& 
 // allow_unused is not. role and name say what read it.
 const Tensor& Lookup(const Env& env, int64_t slot, const char* role, const std::string& name) {
   const Tensor& value = env[static_cast<size_t>(slot)];
-  GS_CHECK_ARG(value.defined(), role, " '", name,
-               "' has no value: it is the gradient of a value its grad op's roots do not reach "
+  GS_CHECK_ARG(value.defined(), role, " ", Quote(name),
+               " has no value: it is the gradient of a value its grad op's roots do not reach "
                "(allow_unused); use materialize_grads to get zeros");
   return value;
 }
@@ -194,9 +195,9 @@ int64_t RunOp(const Op& op, const ops::OpSchema& schema, int64_t index, const st
     if (out.defined()) {
       if (out.numel() > program->limits.max_tensor_elements) {
         ThrowStatus(absl::ResourceExhaustedError(
-            absl::StrCat("output '", op.outputs[j], "' ", out.DebugString(), " has ", out.numel(),
-                         " elements, over the limit of ", program->limits.max_tensor_elements,
-                         " (max_tensor_elements)")));
+            absl::StrCat("output ", Quote(op.outputs[j]), " ", out.DebugString(), " has ",
+                         out.numel(), " elements, over the limit of ",
+                         program->limits.max_tensor_elements, " (max_tensor_elements)")));
       }
       // A tensor already named is one an earlier value shares (a gradient that is its own
       // seed); it keeps its first name.
@@ -333,11 +334,11 @@ class Interpreter {
   // A forward value named by a backward call; role says which part of the call names it.
   static Tensor CallValue(const RecordedGraph& graph, const std::string& name, const char* role) {
     auto it = graph.slots_->by_name.find(name);
-    GS_CHECK_ARG(it != graph.slots_->by_name.end(), role, " '", name,
-                 "' is not a value of the graph");
+    GS_CHECK_ARG(it != graph.slots_->by_name.end(), role, " ", Quote(name),
+                 " is not a value of the graph");
     const Tensor& value = graph.values_[static_cast<size_t>(it->second)];
-    GS_CHECK_ARG(value.defined(), role, " '", name,
-                 "' has no value (an unreached gradient of a grad op)");
+    GS_CHECK_ARG(value.defined(), role, " ", Quote(name),
+                 " has no value (an unreached gradient of a grad op)");
     return value;
   }
 
@@ -415,7 +416,7 @@ absl::StatusOr<CallResult> RecordedGraph::Backward(const BackwardCall& call) {
 absl::StatusOr<Tensor> RecordedGraph::Value(absl::string_view name) const {
   auto it = slots_->by_name.find(name);
   if (it == slots_->by_name.end()) {
-    return absl::NotFoundError(absl::StrCat("no value is named '", std::string(name), "'"));
+    return absl::NotFoundError(absl::StrCat("no value is named ", Quote(name)));
   }
   return values_[static_cast<size_t>(it->second)];
 }

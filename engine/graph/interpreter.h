@@ -20,7 +20,8 @@
 namespace gradserve::graph {
 
 // Limits a caller (the server) sets on what one request may ask for. Every one is checked
-// before the work it bounds; passing one is RESOURCE_EXHAUSTED naming the limit.
+// before the work it bounds; passing one is RESOURCE_EXHAUSTED naming the limit
+// (max_name_bytes: INVALID_ARGUMENT).
 struct Limits {
   int64_t max_ops = 100'000;  // ops in the graph, sub-graphs included
   int64_t max_leaves = 10'000;
@@ -28,15 +29,20 @@ struct Limits {
   int64_t max_memory_bytes = int64_t{4} << 30;     // all tensors of the request at once
   int64_t max_nesting = 128;                       // sub-graphs within sub-graphs
   int64_t max_backward_calls = 64;
+  // Bytes of any one string the client names something with: value, leaf, op, hook and
+  // attribute names, string attributes (Note [Quoting client strings] in engine/util/quote.h).
+  // A longer one is malformed rather than big: INVALID_ARGUMENT naming the limit.
+  int64_t max_name_bytes = 256;
 
   friend bool operator==(const Limits&, const Limits&) = default;
 };
 
-// Checks a graph without running it: names defined before use and unique, ops known, input
-// counts and attribute names per the op's schema, leaves' dtypes, shape products and element
-// counts within limits. Errors are INVALID_ARGUMENT (RESOURCE_EXHAUSTED for limits) naming the
-// op (its index and first output) and the value. Returns the graph's value slots (Note [Value
-// slots]), which view graph's names: graph must outlive them.
+// Checks a graph without running it: names defined before use, unique and at most
+// max_name_bytes long (string attributes too), ops known, input counts and attribute names per
+// the op's schema, leaves' dtypes, shape products and element counts within limits. Errors
+// are INVALID_ARGUMENT (RESOURCE_EXHAUSTED for limits) naming the op (its index and first
+// output) and the value. Returns the graph's value slots (Note [Value slots]), which view
+// graph's names: graph must outlive them.
 absl::StatusOr<std::unique_ptr<const ValueSlots>> Validate(const Graph& graph,
                                                            const Limits& limits);
 

@@ -13,6 +13,7 @@
 #include "engine/graph/graph_level_ops.h"
 #include "engine/graph/hooks.h"
 #include "engine/graph/interpreter.h"
+#include "engine/util/quote.h"
 #include "engine/util/status_error.h"
 
 namespace gradserve::graph {
@@ -39,7 +40,7 @@ bool AttrTypeAccepts(AttrType want, AttrType got) {
   }
 }
 
-// "input, other" or "no inputs".
+// "input, other" or "no inputs". The names are the schema's, not the client's.
 std::string NameList(const std::vector<std::string>& names, const char* none) {
   return names.empty() ? std::string(none) : absl::StrJoin(names, ", ");
 }
@@ -56,13 +57,12 @@ class Validator {
     const bool is_body = depth > 0;
     if (!is_body && !graph.inputs.empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("the graph declares input '", graph.inputs[0],
-                       "', but only checkpoint bodies have formal inputs"));
+          absl::StrCat("the graph declares input ", Quote(graph.inputs[0]),
+                       ", but only checkpoint bodies have formal inputs"));
     }
     for (size_t i = 0; i < graph.inputs.size(); ++i) {
-      const std::string context = absl::StrCat(scope, "input #", i, " '", graph.inputs[i], "'");
       if (absl::Status s = Define(graph.inputs[i], slots); !s.ok()) {
-        return WithContext(s, context);
+        return WithContext(s, absl::StrCat(scope, "input #", i, " ", Quote(graph.inputs[i])));
       }
     }
     for (size_t i = 0; i < graph.leaves.size(); ++i) {
@@ -104,8 +104,8 @@ class Validator {
     for (const std::string& output : graph.outputs) {
       auto it = slots.by_name.find(output);
       if (it == slots.by_name.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(scope, is_body ? "body" : "graph",
-                                                       " output '", output, "' is not defined"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            scope, is_body ? "body" : "graph", " output ", Quote(output), " is not defined"));
       }
       slots.results.push_back(it->second);
     }
@@ -130,16 +130,26 @@ class Validator {
 
  private:
   static std::string LeafContext(const std::string& scope, size_t index, const Leaf& leaf) {
-    return absl::StrCat(scope, "leaf #", index, " '", leaf.name, "'");
+    return absl::StrCat(scope, "leaf #", index, " ", Quote(leaf.name));
+  }
+
+  // INVALID_ARGUMENT if s, a client's string that `what` introduces ("value name "), is longer
+  // than max_name_bytes (Note [Quoting client strings]).
+  absl::Status CheckLength(absl::string_view what, absl::string_view s) const {
+    if (static_cast<int64_t>(s.size()) <= limits_.max_name_bytes) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(what, Quote(s), " is longer than the limit of ",
+                                                   limits_.max_name_bytes,
+                                                   " bytes (max_name_bytes)"));
   }
 
   // Gives name the next slot. by_name views the graph being checked, which outlives its check
   // (a map of copies cost a tenth of validating a small request).
-  static absl::Status Define(const std::string& name, ValueSlots& slots) {
+  absl::Status Define(const std::string& name, ValueSlots& slots) const {
     if (name.empty()) return absl::InvalidArgumentError("a value needs a non-empty name");
+    if (absl::Status s = CheckLength("value name ", name); !s.ok()) return s;
     if (!slots.by_name.try_emplace(name, slots.num_values).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("the name '", name, "' is already defined (names must be unique)"));
+          absl::StrCat("the name ", Quote(name), " is already defined (names must be unique)"));
     }
     ++slots.num_values;
     return absl::OkStatus();
@@ -147,11 +157,12 @@ class Validator {
 
   // Appends the slot of a value an op reads to slots.reads; role and "is not defined before
   // use" make the error.
-  static absl::Status Read(const std::string& name, absl::string_view role, ValueSlots& slots) {
+  absl::Status Read(const std::string& name, absl::string_view role, ValueSlots& slots) const {
     auto it = slots.by_name.find(name);
     if (it == slots.by_name.end()) {
+      if (absl::Status s = CheckLength(role, name); !s.ok()) return s;
       return absl::InvalidArgumentError(
-          absl::StrCat(role, "'", name, "' is not defined before use"));
+          absl::StrCat(role, Quote(name), " is not defined before use"));
     }
     slots.reads.push_back(it->second);
     return absl::OkStatus();
@@ -191,9 +202,10 @@ class Validator {
   // The checks of one op that need nothing but the op and the names defined before it; records
   // what the op reads in slots.
   absl::Status CheckOp(const Op& op, int64_t depth, ValueSlots& slots) const {
+    if (absl::Status s = CheckLength("op name ", op.op); !s.ok()) return s;
     const ops::OpSchema* schema = FindOpSchema(op.op);
     if (schema == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown op '", op.op, "'"));
+      return absl::InvalidArgumentError(absl::StrCat("unknown op ", Quote(op.op)));
     }
     slots.schemas.push_back(schema);
     const bool is_checkpoint = op.op == kCheckpointOp;
@@ -220,7 +232,7 @@ class Validator {
     return absl::OkStatus();
   }
 
-  static absl::Status CheckInputs(const Op& op, const ops::OpSchema& schema, ValueSlots& slots) {
+  absl::Status CheckInputs(const Op& op, const ops::OpSchema& schema, ValueSlots& slots) const {
     const size_t n = op.inputs.size();
     if (op.op == kCheckpointOp) {
       if (n != op.body->inputs.size()) {
@@ -249,6 +261,7 @@ class Validator {
 
   absl::Status CheckAttrs(const Op& op, const ops::OpSchema& schema) const {
     for (const auto& [name, value] : op.attrs.values()) {
+      if (absl::Status s = CheckAttrLengths(name, value); !s.ok()) return s;
       const ops::AttrSpec* spec = nullptr;
       for (const ops::AttrSpec& s : schema.attrs) {
         if (s.name == name) spec = &s;
@@ -256,9 +269,9 @@ class Validator {
       if (spec == nullptr) {
         std::vector<std::string> known;
         for (const ops::AttrSpec& s : schema.attrs) known.push_back(s.name);
-        return absl::InvalidArgumentError(absl::StrCat("unknown attribute '", name, "' (", op.op,
-                                                       " takes ", NameList(known, "no attributes"),
-                                                       ")"));
+        return absl::InvalidArgumentError(absl::StrCat("unknown attribute ", Quote(name), " (",
+                                                       op.op, " takes ",
+                                                       NameList(known, "no attributes"), ")"));
       }
       const bool keyword = !spec->keywords.empty() && ops::TypeOf(value) == AttrType::kString;
       if (keyword ? !absl::c_linear_search(spec->keywords, std::get<std::string>(value))
@@ -267,10 +280,10 @@ class Validator {
         if (!spec->keywords.empty()) {
           absl::StrAppend(&want, " or one of '", absl::StrJoin(spec->keywords, "', '"), "'");
         }
-        const std::string got = keyword ? absl::StrCat("'", std::get<std::string>(value), "'")
-                                        : ops::AttrTypeName(ops::TypeOf(value));
+        const std::string got =
+            keyword ? Quote(std::get<std::string>(value)) : ops::AttrTypeName(ops::TypeOf(value));
         return absl::InvalidArgumentError(
-            absl::StrCat("attribute '", name, "' must be ", want, ", got ", got));
+            absl::StrCat("attribute ", Quote(name), " must be ", want, ", got ", got));
       }
       if (spec->type == AttrType::kInts && (name == "shape" || name == "size")) {
         if (absl::Status s = CheckShapeAttr(name, op.attrs.GetInts(name)); !s.ok()) return s;
@@ -280,6 +293,19 @@ class Validator {
       if (spec.required && !op.attrs.has(spec.name)) {
         return absl::InvalidArgumentError(
             absl::StrCat("missing required attribute '", spec.name, "'"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // The attribute's name and its strings within max_name_bytes.
+  absl::Status CheckAttrLengths(const std::string& name, const ops::AttrValue& value) const {
+    if (absl::Status s = CheckLength("attribute name ", name); !s.ok()) return s;
+    const std::string what = absl::StrCat("attribute ", Quote(name), ": string ");
+    if (const auto* s = std::get_if<std::string>(&value)) return CheckLength(what, *s);
+    if (const auto* list = std::get_if<std::vector<std::string>>(&value)) {
+      for (const std::string& s : *list) {
+        if (absl::Status status = CheckLength(what, s); !status.ok()) return status;
       }
     }
     return absl::OkStatus();
@@ -312,7 +338,7 @@ class Validator {
 
   // The checks particular to grad and hook: values named in attributes (their slots recorded),
   // and hook parameters.
-  static absl::Status CheckGraphLevelOp(const Op& op, ValueSlots& slots) {
+  absl::Status CheckGraphLevelOp(const Op& op, ValueSlots& slots) const {
     if (op.op == kHookOp) {
       try {
         MakeGradientHook(op.attrs);

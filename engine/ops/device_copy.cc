@@ -11,6 +11,7 @@
 #include "engine/kernels/op_kernels.h"
 #include "engine/ops/elementwise.h"
 #include "engine/ops/record.h"
+#include "engine/util/quote.h"
 #include "engine/util/status_error.h"
 
 namespace gradserve::ops {
@@ -78,8 +79,8 @@ void RegisterDeviceCopyOps(OpRegistry& registry) {
     if (attrs.has("dtype")) {
       const std::string name = attrs.GetString("dtype");
       std::optional<DType> dtype = ParseDType(name);
-      GS_CHECK_ARG(dtype.has_value(), "to: attribute dtype '", name,
-                   "' is not one of float32, float64, int64, bool");
+      GS_CHECK_ARG(dtype.has_value(), "to: attribute dtype ", Quote(name),
+                   " is not one of float32, float64, int64, bool");
       out = to(out, *dtype);
     }
     if (device) out = to(out, *device);

@@ -16,6 +16,7 @@
 #include "engine/ops/broadcast.h"
 #include "engine/ops/op_registry.h"
 #include "engine/ops/record.h"
+#include "engine/util/quote.h"
 
 namespace gradserve::ops {
 namespace {
@@ -987,7 +988,7 @@ Tensor relu(const Tensor& input) {
 
 Tensor gelu(const Tensor& input, absl::string_view approximate) {
   GS_CHECK_ARG(approximate == "none" || approximate == "tanh",
-               "gelu: approximate must be 'none' or 'tanh', got '", approximate, "'");
+               "gelu: approximate must be 'none' or 'tanh', got ", Quote(approximate));
   const int approximation = approximate == "tanh" ? kGeluTanh : kGeluNone;
   std::shared_ptr<ElementwiseBackward> node;
   Tensor out = approximation == kGeluTanh ? Unary<true>("gelu", "GeluBackward0", &GeluFormula,

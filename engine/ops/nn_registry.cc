@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/ops/nn.h"
 #include "engine/ops/op_registry.h"
+#include "engine/util/quote.h"
 
 namespace gradserve::ops {
 namespace {
@@ -36,8 +37,13 @@ Tensor OptionalInput(const TensorList& in, size_t i) { return i < in.size() ? in
 const AttrSpec kReduction = {"reduction", AttrType::kString, false,
                              "'none', 'mean' or 'sum'; default 'mean'"};
 
+// The reduction attribute, checked here so that the error quotes the client's string (Note
+// [Quoting client strings]).
 Reduction GetReduction(const char* op, const Attrs& a) {
-  return ParseReduction(op, a.GetString("reduction", "mean"));
+  const std::string name = a.GetString("reduction", "mean");
+  GS_CHECK_ARG(name == "none" || name == "mean" || name == "sum", op, ": reduction = ", Quote(name),
+               " is not one of 'none', 'mean', 'sum'");
+  return ParseReduction(op, name);
 }
 
 // A conv2d pair attribute: one int for both dims or two ints (height, width).

@@ -11,15 +11,32 @@ namespace gradserve {
 absl::StatusOr<int64_t> CheckedNumel(absl::Span<const int64_t> shape) {
   int64_t n = 1;
   bool overflow = false;
-  for (int64_t size : shape) {
+  // The outermost stride ContiguousStrides makes: the sizes after the first, a zero counted
+  // as one. It must fit even when the product is zero, as PyTorch's TensorImpl requires ("Stride
+  // calculation overflowed"): [0, 2, 2^62] has no element, but a stride of 2^63.
+  int64_t stride = 1;
+  bool stride_overflow = false;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const int64_t size = shape[i];
     if (size < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("negative dimension ", size, " in shape ", ShapeToString(shape)));
     }
     if (!overflow && __builtin_mul_overflow(n, size, &n)) overflow = true;
+    if (i > 0 && !stride_overflow &&
+        __builtin_mul_overflow(stride, std::max<int64_t>(size, 1), &stride)) {
+      stride_overflow = true;
+    }
   }
-  // A zero anywhere makes the product zero even if a partial product overflowed.
-  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
+  // A zero anywhere makes the product zero even if a partial product overflowed. (Without a
+  // zero, strides that overflow mean a product that does.)
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) {
+    if (stride_overflow) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shape ", ShapeToString(shape), " has strides larger than int64 can count"));
+    }
+    return 0;
+  }
   if (overflow) {
     return absl::InvalidArgumentError(
         absl::StrCat("shape ", ShapeToString(shape), " has more elements than int64 can count"));

@@ -17,14 +17,15 @@ using Shape = absl::InlinedVector<int64_t, 4>;
 // Steps in elements (not bytes) between neighbours along each dimension.
 using Strides = absl::InlinedVector<int64_t, 4>;
 
-// The number of elements; every size must be non-negative and the product must fit in int64
-// (otherwise INVALID_ARGUMENT naming the shape).
+// The number of elements; every size must be non-negative, and the product and the row-major
+// strides (ContiguousStrides, zeros counted as ones) must fit in int64 (otherwise
+// INVALID_ARGUMENT naming the shape).
 absl::StatusOr<int64_t> CheckedNumel(absl::Span<const int64_t> shape);
 
 // The number of elements of a shape already known to be valid.
 int64_t Numel(absl::Span<const int64_t> shape);
 
-// Row-major strides for a shape.
+// Row-major strides for a shape that CheckedNumel accepts.
 Strides ContiguousStrides(absl::Span<const int64_t> shape);
 
 // "[2, 3]"; "[]" for a 0-d tensor.

@@ -1,9 +1,11 @@
 # Shared set-up for scripts/serve and scripts/test: source it, do not run it.
 #
-# gradserve_install_packages  installs the Debian packages gradserve needs that are missing
-#                             (as root with apt-get; otherwise prints the command, returns 1),
-#                             then Node.js if no `node`/`npm` is on the PATH (optional: only
-#                             the Node.js example test needs it, and it skips without).
+# gradserve_install_packages [PACKAGE...]
+#                             installs the Debian packages gradserve needs that are missing,
+#                             and those named (as root with apt-get; otherwise prints the
+#                             command, returns 1), then Node.js if no `node`/`npm` is on the
+#                             PATH (optional: only the Node.js example test needs it, and it
+#                             skips without).
 # gradserve_build PRESET      configures and builds one CMake preset (CMakePresets.json) into
 #                             build/PRESET.
 
@@ -15,13 +17,15 @@ GRADSERVE_PACKAGES=(
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev libmimalloc-dev
   python3-torch python3-numpy python3-grpcio python3-protobuf
 )
+# What scripts/fuzz needs besides: clang 14 with its sanitizer runtimes and libFuzzer (RECIPES.md).
+GRADSERVE_FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev libfuzzer-14-dev)
 # Node.js may come from elsewhere (NodeSource ships npm inside its nodejs package, which
 # conflicts with Debian's npm), so it is installed only when the commands are missing.
 GRADSERVE_OPTIONAL_PACKAGES=(nodejs npm)
 
 gradserve_install_packages() {
   local missing=() p
-  for p in "${GRADSERVE_PACKAGES[@]}"; do
+  for p in "${GRADSERVE_PACKAGES[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if [ ${#missing[@]} -gt 0 ]; then

@@ -88,6 +88,12 @@ ABSL_FLAG(int64_t, max_nesting, kDefaults.limits.max_nesting,
           "Depth of checkpoint bodies within checkpoint bodies.");
 ABSL_FLAG(int64_t, max_backward_calls, kDefaults.limits.max_backward_calls,
           "Backward calls per request.");
+ABSL_FLAG(int64_t, max_name_bytes, kDefaults.limits.max_name_bytes,
+          "Bytes of any one string of a request: request id, value, leaf, op and attribute "
+          "names, string attributes, device names. Longer ones are refused (INVALID_ARGUMENT).");
+ABSL_FLAG(int64_t, log_refusals_per_second, kDefaults.log_refusals_per_second,
+          "At most this many log lines a second for failed and refused requests; the others are "
+          "counted in a summary line.");
 ABSL_FLAG(std::string, devices, "all",
           "Devices requests may name besides the CPU (which is always there): 'all' (the CPU "
           "and every GPU found, none being fine), or a comma-separated list of 'cpu', 'cuda' "
@@ -158,6 +164,8 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.keepalive_timeout = absl::GetFlag(FLAGS_keepalive_timeout);
   o.min_client_ping_interval = absl::GetFlag(FLAGS_min_client_ping_interval);
   o.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
+  o.limits.max_name_bytes = absl::GetFlag(FLAGS_max_name_bytes);
+  o.log_refusals_per_second = absl::GetFlag(FLAGS_log_refusals_per_second);
   return o;
 }
 
@@ -313,6 +321,7 @@ int Main() {
       " streams each"));
   LogLine(absl::StrCat("listening on ", host, ":", (*server)->port(), " (version ", ServerVersion(),
                        ", malloc ", gradserve::kProcessMallocName, ")"));
+  LogLine(absl::StrCat("limits: ", DescribeLimits(DescribeServer(options).limits())));
 
   // Note [Stop signals]
   const int signal_number = NextStopEvent();

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "engine/util/quote.h"
 #include "engine/util/status_error.h"
 #include "server/run/graph_cache.h"
 #include "server/wire/wire.h"
@@ -66,7 +67,7 @@ absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const gra
     absl::StatusOr<Tensor> value = g.Value(name);
     if (!value.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("return_values[", i, "]: the graph has no value named '", name, "'"));
+          absl::StrCat("return_values[", i, "]: the graph has no value named ", Quote(name)));
     }
     if (absl::Status s = ReserveResponse(static_cast<int64_t>(value->nbytes()), nullptr); !s.ok()) {
       return Prefixed(s, absl::StrCat("return_values[", i, "]: "));

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "engine/util/quote.h"
 #include "proto/chunking.h"
 #include "server/base/log.h"
 #include "server/limits/server_memory.h"
@@ -36,16 +37,6 @@ void CancelWork(autograd::CancellationToken& token) {
   } else {
     token.Cancel(absl::CancelledError("the client cancelled the call; the work stopped"));
   }
-}
-
-// The request id for the log: printable and bounded, since it comes from the client.
-std::string LogId(const std::string& id) {
-  if (id.empty()) return "-";
-  std::string out = id.substr(0, 64);
-  for (char& c : out) {
-    if (c <= ' ' || c > '~') c = '?';
-  }
-  return out;
 }
 
 // Finishes a call before its handler returns, with gRPC's default reactor, as Ping does.
@@ -301,6 +292,7 @@ GradService::GradService(ServerOptions options)
     : options_(std::move(options)),
       started_(absl::Now()),
       info_(DescribeServer(options_)),
+      refusal_log_(options_.log_refusals_per_second),
       memory_(MakeServerMemoryBudget(options_.max_server_memory_bytes > 0
                                          ? options_.max_server_memory_bytes
                                          : DefaultServerMemoryBytes(DetectMemory()))),
@@ -310,7 +302,10 @@ GradService::GradService(ServerOptions options)
               ? options_.worker_threads
               : std::max(1, static_cast<int>(std::thread::hardware_concurrency())))) {}
 
-GradService::~GradService() { pool_.reset(); }
+GradService::~GradService() {
+  pool_.reset();
+  refusal_log_.Flush();
+}
 
 grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerContext* context,
                                                         const grpc::ByteBuffer* request,
@@ -447,16 +442,26 @@ void GradService::Release(const std::string& request_id, const std::string& rpc,
   bytes_sent_.fetch_add(bytes_out, std::memory_order_relaxed);
   if (Logs(status)) {
     const int64_t us = absl::ToInt64Microseconds(absl::Now() - received);
-    const grpc::Status grpc_status = ToGrpcStatus(status);
-    std::string line = absl::StrCat(
-        "request id=", LogId(request_id), " rpc=", rpc, " status=",
-        absl::StatusCodeToString(static_cast<absl::StatusCode>(grpc_status.error_code())),
-        " duration_ms=", us / 1000, ".", absl::Dec(us % 1000, absl::kZeroPad3), " nodes=", nodes,
-        " bytes_in=", bytes_in, " bytes_out=", bytes_out);
-    if (!status.ok()) {
-      absl::StrAppend(&line, " error=", grpc_status.error_message().substr(0, 200));
+    auto line = [&] {
+      // The client's strings in it are quoted, its message escaped (Note [Quoting client
+      // strings]).
+      const grpc::Status grpc_status = ToGrpcStatus(status);
+      std::string line = absl::StrCat(
+          "request id=", LogField(request_id), " rpc=", rpc, " status=",
+          absl::StatusCodeToString(static_cast<absl::StatusCode>(grpc_status.error_code())),
+          " duration_ms=", us / 1000, ".", absl::Dec(us % 1000, absl::kZeroPad3), " nodes=", nodes,
+          " bytes_in=", bytes_in, " bytes_out=", bytes_out);
+      if (!status.ok()) {
+        absl::StrAppend(&line, " error=", grpc_status.error_message().substr(0, 200));
+      }
+      return line;
+    };
+    // Note [Refusals logged at a bounded rate]
+    if (status.ok()) {
+      LogLine(line());
+    } else {
+      refusal_log_.Log(line);
     }
-    LogLine(line);
   }
   EndInFlight();
 }
@@ -465,9 +470,11 @@ void GradService::Reject(const std::string& request_id, const std::string& rpc,
                          const absl::Status& status) {
   requests_rejected_.fetch_add(1, std::memory_order_relaxed);
   if (!Logs(status)) return;
-  LogLine(absl::StrCat("request id=", LogId(request_id), " rpc=", rpc,
-                       " status=", absl::StatusCodeToString(status.code()),
-                       " duration_ms=0 nodes=0 error=", std::string(status.message())));
+  refusal_log_.Log([&] {  // Note [Refusals logged at a bounded rate]
+    return absl::StrCat("request id=", LogField(request_id), " rpc=", rpc,
+                        " status=", absl::StatusCodeToString(status.code()),
+                        " duration_ms=0 nodes=0 error=", ClientMessage(status.message(), 200));
+  });
 }
 
 bool GradService::Logs(const absl::Status& status) const {

@@ -39,6 +39,7 @@
 #include "engine/util/mutex.h"
 #include "gradserve/v1/gradserve.grpc.pb.h"
 #include "server/limits/upload_tracker.h"
+#include "server/base/log.h"
 #include "server/run/request_runner.h"
 #include "server/run/worker_pool.h"
 #include "server/service/server_options.h"
@@ -123,10 +124,11 @@ class GradService final
   // its status. The caller destroys runner once the response is on its way (Note [Teardown after
   // the reply]).
   absl::Status Run(const Job& job, RequestRunner& runner);
-  // Ends an admitted call's accounting: counters, the log line, admission released.
+  // Ends an admitted call's accounting: counters, the log line (through refusal_log_ for a
+  // failure), admission released.
   void Release(const std::string& request_id, const std::string& rpc, const absl::Status& status,
                absl::Time received, int64_t nodes, int64_t bytes_in, int64_t bytes_out);
-  // Counts and logs a call refused at admission.
+  // Counts and logs a call refused at admission (through refusal_log_).
   void Reject(const std::string& request_id, const std::string& rpc, const absl::Status& status);
 
   // Lowers in_flight_ by one, waking WaitUntilIdle when it reaches 0.
@@ -137,6 +139,8 @@ class GradService final
   const ServerOptions options_;
   const absl::Time started_;
   const v1::ServerInfo info_;  // the static part of GetServerInfo's answer
+  // The lines of failed and refused calls (Note [Refusals logged at a bounded rate]).
+  RateLimitedLog refusal_log_;
 
   // Note [Admission without a lock]
   // Admit and Release run for every grad call, on many threads at once, so they take no

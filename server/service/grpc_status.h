@@ -9,7 +9,9 @@
 namespace gradserve::server {
 
 // The codes map 1:1 (both follow google.rpc.Code), except UNKNOWN: the server never answers
-// UNKNOWN, so an unclassified error becomes INTERNAL (it can only be a bug).
+// UNKNOWN, so an unclassified error becomes INTERNAL (it can only be a bug). The message is
+// ClientMessage's: one line of at most kMaxMessageBytes (Note [Quoting client strings] in
+// engine/util/quote.h).
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
 }  // namespace gradserve::server

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/device/device_registry.h"
 #include "engine/ops/op_registry.h"
 #include "server/wire/wire.h"
@@ -86,6 +87,7 @@ v1::ServerInfo DescribeServer(const ServerOptions& options) {
   l->set_max_memory_bytes(options.limits.max_memory_bytes);
   l->set_max_nesting(options.limits.max_nesting);
   l->set_max_backward_calls(options.limits.max_backward_calls);
+  l->set_max_name_bytes(options.limits.max_name_bytes);
   l->set_max_in_flight(options.max_in_flight);
   l->set_chunk_bytes(options.chunk_bytes);
 
@@ -115,6 +117,18 @@ v1::ServerInfo DescribeServer(const ServerOptions& options) {
   }
   AddGraphOps(&info);
   return info;
+}
+
+std::string DescribeLimits(const v1::Limits& limits) {
+  const google::protobuf::Descriptor* descriptor = limits.GetDescriptor();
+  const google::protobuf::Reflection* reflection = limits.GetReflection();
+  std::string out;
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* field = descriptor->field(i);
+    absl::StrAppend(&out, i == 0 ? "" : " ", field->name(), "=",
+                    reflection->GetInt64(limits, field));
+  }
+  return out;
 }
 
 }  // namespace gradserve::server

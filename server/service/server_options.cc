@@ -87,12 +87,14 @@ absl::Status CheckOptions(const ServerOptions& o) {
         {"chunk_bytes", o.chunk_bytes},
         {"max_in_flight", o.max_in_flight},
         {"max_concurrent_streams", o.max_concurrent_streams},
+        {"log_refusals_per_second", o.log_refusals_per_second},
         {"max_ops", o.limits.max_ops},
         {"max_leaves", o.limits.max_leaves},
         {"max_tensor_elements", o.limits.max_tensor_elements},
         {"max_memory_bytes", o.limits.max_memory_bytes},
         {"max_nesting", o.limits.max_nesting},
-        {"max_backward_calls", o.limits.max_backward_calls}}) {
+        {"max_backward_calls", o.limits.max_backward_calls},
+        {"max_name_bytes", o.limits.max_name_bytes}}) {
     if (absl::Status s = Positive(name, value); !s.ok()) return s;
   }
   return absl::OkStatus();

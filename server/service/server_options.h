@@ -52,6 +52,9 @@ struct ServerOptions {
   // (docs/benchmarks.md), so by default only failures are logged.
   enum class LogRequests { kAll, kErrors, kNone };
   LogRequests log_requests = LogRequests::kErrors;
+  // At most this many lines a second for failed and refused requests; the others are counted
+  // in a summary line (Note [Refusals logged at a bounded rate] in server/base/log.h).
+  int64_t log_refusals_per_second = 10;
   // Per-request limits enforced by the interpreter and by the request's validation.
   graph::Limits limits;
 

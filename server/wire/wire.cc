@@ -13,6 +13,7 @@
 #include "engine/device/device.h"
 #include "engine/device/device_registry.h"
 #include "engine/tensor/shape.h"
+#include "engine/util/quote.h"
 #include "engine/util/status_error.h"
 
 namespace gradserve::server {
@@ -55,10 +56,74 @@ class DataView {
   const ChunkedRequest::Bytes* const external_;
 };
 
+// "op #3 'mul' (output 'h')", the client's strings quoted (Note [Quoting client strings]).
 std::string DescribeOp(const v1::Op& op, int index) {
   return absl::StrCat(
-      "op #", index, " '", op.op(), "'",
-      op.outputs_size() > 0 ? absl::StrCat(" (output '", op.outputs(0), "')") : std::string());
+      "op #", index, " ", Quote(op.op()),
+      op.outputs_size() > 0 ? absl::StrCat(" (output ", Quote(op.outputs(0)), ")") : std::string());
+}
+
+// INVALID_ARGUMENT if s, a string of the client's, is longer than max_name_bytes; what(),
+// called only then, says what it is ("leaf #0 name"). Note [Quoting client strings].
+absl::Status CheckString(const std::string& s, const graph::Limits& limits,
+                         absl::FunctionRef<std::string()> what) {
+  if (static_cast<int64_t>(s.size()) <= limits.max_name_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what(), " ", Quote(s), " is longer than the limit of ", limits.max_name_bytes,
+                   " bytes (--max_name_bytes)"));
+}
+
+// CheckString on each of strings, the i-th described as "<what> #i".
+absl::Status CheckStrings(const google::protobuf::RepeatedPtrField<std::string>& strings,
+                          const graph::Limits& limits, absl::FunctionRef<std::string()> what) {
+  for (int i = 0; i < strings.size(); ++i) {
+    if (absl::Status s =
+            CheckString(strings[i], limits, [&] { return absl::StrCat(what(), " #", i); });
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The strings of one op: its name, inputs, outputs, attribute names and string values.
+absl::Status CheckOpStrings(const v1::Op& op, int index, const graph::Limits& limits,
+                            const std::string& scope) {
+  auto where = [&] { return absl::StrCat(scope, "op #", index); };
+  if (absl::Status s =
+          CheckString(op.op(), limits, [&] { return absl::StrCat(where(), ": name"); });
+      !s.ok()) {
+    return s;
+  }
+  auto described = [&] { return absl::StrCat(scope, DescribeOp(op, index)); };
+  if (absl::Status s =
+          CheckStrings(op.inputs(), limits, [&] { return absl::StrCat(described(), ": input"); });
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          CheckStrings(op.outputs(), limits, [&] { return absl::StrCat(where(), ": output"); });
+      !s.ok()) {
+    return s;
+  }
+  for (const auto& attr : op.attrs()) {
+    // Not a structured binding: clang 14 (the fuzz build) cannot capture one in a lambda.
+    const std::string& name = attr.first;
+    const v1::AttrValue& value = attr.second;
+    if (absl::Status s = CheckString(name, limits,
+                                     [&] { return absl::StrCat(described(), ": attribute name"); });
+        !s.ok()) {
+      return s;
+    }
+    auto what = [&] { return absl::StrCat(described(), ": attribute ", Quote(name), ": string"); };
+    if (absl::Status s = value.value_case() == v1::AttrValue::kS
+                             ? CheckString(value.s(), limits, what)
+                             : CheckStrings(value.strings().values(), limits, what);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Checks everything about a wire tensor that can be checked before allocating it. `what` names
@@ -160,6 +225,11 @@ absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& 
   }
 
   if (!t.device().empty()) {
+    if (absl::Status s =
+            CheckString(t.device(), limits, [&] { return absl::StrCat(what(), ": device"); });
+        !s.ok()) {
+      return s;
+    }
     absl::StatusOr<Device> device = ParseDevice(t.device());
     if (!device.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(what(), ": ", device.status().message()));
@@ -231,15 +301,33 @@ class Census {
       return absl::ResourceExhaustedError(
           absl::StrCat("the graph has more than ", limits_.max_ops, " ops (--max_ops)"));
     }
-    for (const v1::Leaf& leaf : g.leaves()) {
+    const char* graph_kind = depth == 0 ? "graph" : "body";
+    if (absl::Status s = CheckStrings(g.inputs(), limits_,
+                                      [&] { return absl::StrCat(scope, graph_kind, " input"); });
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckStrings(g.outputs(), limits_,
+                                      [&] { return absl::StrCat(scope, graph_kind, " output"); });
+        !s.ok()) {
+      return s;
+    }
+    for (int i = 0; i < g.leaves_size(); ++i) {
+      const v1::Leaf& leaf = g.leaves(i);
+      if (absl::Status s = CheckString(leaf.name(), limits_,
+                                       [&] { return absl::StrCat(scope, "leaf #", i, ": name"); });
+          !s.ok()) {
+        return s;
+      }
       if (absl::Status s = CountTensor(
-              leaf.value(), [&] { return absl::StrCat(scope, "leaf '", leaf.name(), "'"); });
+              leaf.value(), [&] { return absl::StrCat(scope, "leaf ", Quote(leaf.name())); });
           !s.ok()) {
         return s;
       }
     }
     for (int i = 0; i < g.ops_size(); ++i) {
       const v1::Op& op = g.ops(i);
+      if (absl::Status s = CheckOpStrings(op, i, limits_, scope); !s.ok()) return s;
       if (!op.has_body()) continue;
       if (absl::Status s =
               CountGraph(op.body(), depth + 1,
@@ -272,7 +360,31 @@ class Census {
 };
 
 std::string DescribeSeed(int call, const std::string& root) {
-  return absl::StrCat("call #", call, ": seed for root '", root, "'");
+  return absl::StrCat("call #", call, ": seed for root ", Quote(root));
+}
+
+// The strings of a backward call and the names of its seeds; the seeds' tensors are the
+// census's.
+absl::Status CheckCallStrings(const v1::BackwardCall& call, int index,
+                              const graph::Limits& limits) {
+  if (absl::Status s = CheckStrings(call.roots(), limits,
+                                    [&] { return absl::StrCat("call #", index, ": root"); });
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckStrings(call.inputs(), limits,
+                                    [&] { return absl::StrCat("call #", index, ": input"); });
+      !s.ok()) {
+    return s;
+  }
+  for (const auto& [root, seed] : call.seeds()) {
+    if (absl::Status s = CheckString(
+            root, limits, [&] { return absl::StrCat("call #", index, ": the seed's root name"); });
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ops::AttrValue> FromProto(const v1::AttrValue& v,
@@ -306,7 +418,7 @@ absl::StatusOr<ops::AttrValue> FromProto(const v1::AttrValue& v,
 absl::StatusOr<Tensor> LeafValue(const v1::Leaf& leaf, const graph::Limits& limits,
                                  const ChunkedRequest* chunked, const std::string& scope) {
   absl::StatusOr<TensorPlan> plan = PlanTensor(leaf.value(), limits, chunked, [&] {
-    return absl::StrCat(scope, "leaf '", leaf.name(), "'");
+    return absl::StrCat(scope, "leaf ", Quote(leaf.name()));
   });
   if (!plan.ok()) return plan.status();
   return MakeTensor(leaf.value(), *plan, chunked);
@@ -333,9 +445,11 @@ absl::StatusOr<graph::Graph> BuildGraph(const v1::Graph& g, const graph::Limits&
     dst.inputs.assign(op.inputs().begin(), op.inputs().end());
     dst.outputs.assign(op.outputs().begin(), op.outputs().end());
     dst.no_grad = op.no_grad();
-    for (const auto& [name, value] : op.attrs()) {
+    for (const auto& entry : op.attrs()) {
+      const std::string& name = entry.first;  // captured below: no structured binding (clang 14)
+      const v1::AttrValue& value = entry.second;
       absl::StatusOr<ops::AttrValue> attr = FromProto(value, [&] {
-        return absl::StrCat(scope, DescribeOp(op, i), ": attribute '", name, "'");
+        return absl::StrCat(scope, DescribeOp(op, i), ": attribute ", Quote(name));
       });
       if (!attr.ok()) return attr.status();
       dst.attrs.set(name, *std::move(attr));
@@ -476,7 +590,17 @@ bool SameStructure(const v1::Graph& wire, const graph::Graph& built, bool compar
 absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const graph::Limits& limits,
                                         const ChunkedRequest* chunked,
                                         std::shared_ptr<graph::Graph> same_structure) {
-  // Pass one: nothing is allocated until the whole request is known to fit.
+  // Pass one: nothing is allocated until the whole request is known to fit, and every string
+  // of the client's is within max_name_bytes (Note [Quoting client strings]).
+  if (absl::Status s = CheckString(request.request_id(), limits, [] { return "request_id"; });
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          CheckStrings(request.return_values(), limits, [] { return "return_values"; });
+      !s.ok()) {
+    return s;
+  }
   if (request.calls_size() > limits.max_backward_calls) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the request has ", request.calls_size(), " backward calls, over the limit of ",
@@ -486,11 +610,15 @@ absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const gr
   if (absl::Status s = census.CountGraph(request.graph(), 0, ""); !s.ok()) return s;
   for (int c = 0; c < request.calls_size(); ++c) {
     const v1::BackwardCall& call = request.calls(c);
+    if (absl::Status s = CheckCallStrings(call, c, limits); !s.ok()) return s;
     absl::flat_hash_set<std::string> roots(call.roots().begin(), call.roots().end());
-    for (const auto& [root, seed] : call.seeds()) {
+    for (const auto& entry : call.seeds()) {
+      const std::string& root = entry.first;  // captured below: no structured binding (clang 14)
+      const v1::Tensor& seed = entry.second;
       if (!roots.contains(root)) {
-        return absl::InvalidArgumentError(absl::StrCat("call #", c, ": seed given for '", root,
-                                                       "', which is not one of the call's roots"));
+        return absl::InvalidArgumentError(absl::StrCat("call #", c, ": seed given for ",
+                                                       Quote(root),
+                                                       ", which is not one of the call's roots"));
       }
       if (absl::Status s = census.CountTensor(seed, [&] { return DescribeSeed(c, root); }); !s.ok())
         return s;

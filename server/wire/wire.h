@@ -1,8 +1,10 @@
 // Translation between gradserve.v1 messages and the engine's structures.
 //
 // Note [Validate before allocating]
-// A request is checked in two passes. The first (the census) reads only the proto: counts of
-// ops, leaves, calls and nesting against the limits, and for every tensor its dtype, its shape
+// A request is checked in two passes. The first (the census) reads only the proto: every
+// string of the client's (the request id, names, string attributes, devices) within
+// max_name_bytes (Note [Quoting client strings] in engine/util/quote.h), counts of ops,
+// leaves, calls and nesting against the limits, and for every tensor its dtype, its shape
 // (overflow-checked), its byte or value count, its device, and the sum of all tensors' bytes
 // against the per-request memory limit. Only when all of that passes does the second pass
 // allocate tensors and build the graph. So no request, however malformed, makes the server

@@ -152,14 +152,16 @@ TEST(GraphLeaseTest, KeepsOnlyWhatQualifies) {
   ASSERT_TRUE(RunLeased(big.request()).status.ok());
   EXPECT_FALSE(RunLeased(big.request()).reused);
 
-  // Too many bytes of names.
+  // Too many bytes of names (under limits that let names be that long).
   v1::GradRequest long_names = Request("long_");
   long_names.mutable_graph()->mutable_ops(0)->set_outputs(
       0, std::string(GraphLease::kMaxStructureBytes, 'a'));
   long_names.mutable_graph()->mutable_ops(1)->set_inputs(
       0, std::string(GraphLease::kMaxStructureBytes, 'a'));
-  ASSERT_TRUE(RunLeased(long_names).status.ok());
-  EXPECT_FALSE(RunLeased(long_names).reused);
+  graph::Limits long_names_allowed;
+  long_names_allowed.max_name_bytes = GraphLease::kMaxStructureBytes;
+  ASSERT_TRUE(RunLeased(long_names, long_names_allowed).status.ok());
+  EXPECT_FALSE(RunLeased(long_names, long_names_allowed).reused);
 
   // A checkpoint body.
   v1::GradRequest body = Request("body_");

@@ -101,6 +101,13 @@ std::vector<BadRequest> Cases() {
                    [] { return WithLeafData("", v1::DTYPE_FLOAT32, {-3}); },
                    absl::StatusCode::kInvalidArgument,
                    {"leaf 'x'"}});
+  // No element, but strides past int64 (found by tests/fuzz).
+  cases.push_back({"empty_but_strides_overflow",
+                   [] {
+                     return WithLeafData("", v1::DTYPE_FLOAT32, {0, 2, 4, INT64_MAX});
+                   },
+                   absl::StatusCode::kInvalidArgument,
+                   {"leaf 'x'", "strides larger than int64"}});
   cases.push_back({"byte_length_mismatch",
                    [] { return WithLeafData(std::string(5, '\0'), v1::DTYPE_FLOAT32, {2}); },
                    absl::StatusCode::kInvalidArgument,
