@@ -50,7 +50,7 @@ struct Program {
   };
 
   Limits limits;
-  std::shared_ptr<autograd::CancellationToken> cancel;
+  std::shared_ptr<CancellationToken> cancel;
   std::shared_ptr<const ValueSlots> slots;  // the top level's, holding every body's
   // Keyed by the body's address; the checkpoint Nodes hold the bodies alive.
   absl::flat_hash_map<const Graph*, Body> bodies;
@@ -287,7 +287,7 @@ class Interpreter {
   // Runs a graph that passed its checks forward; slots are Validate's for it.
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
       const std::shared_ptr<const Graph>& shared_graph, std::shared_ptr<const ValueSlots> slots,
-      const Limits& limits, std::shared_ptr<autograd::CancellationToken> cancel) {
+      const Limits& limits, std::shared_ptr<CancellationToken> cancel) {
     const Graph& graph = *shared_graph;
     std::unique_ptr<RecordedGraph> recorded(new RecordedGraph);
     recorded->graph_ = shared_graph;
@@ -388,7 +388,7 @@ class Interpreter {
 
 absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(
     std::shared_ptr<const Graph> graph, const Limits& limits,
-    std::shared_ptr<autograd::CancellationToken> cancel) {
+    std::shared_ptr<CancellationToken> cancel) {
   absl::StatusOr<std::unique_ptr<const ValueSlots>> slots = Validate(*graph, limits);
   if (!slots.ok()) return slots.status();
   return Interpreter::Record(graph, *std::move(slots), limits, std::move(cancel));
@@ -396,13 +396,13 @@ absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(
 
 absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::RecordValidated(
     std::shared_ptr<const Graph> graph, std::shared_ptr<const ValueSlots> slots,
-    const Limits& limits, std::shared_ptr<autograd::CancellationToken> cancel) {
+    const Limits& limits, std::shared_ptr<CancellationToken> cancel) {
   if (absl::Status s = ValidateLeafValues(*graph, limits); !s.ok()) return s;
   return Interpreter::Record(graph, std::move(slots), limits, std::move(cancel));
 }
 
 absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(
-    const Graph& graph, const Limits& limits, std::shared_ptr<autograd::CancellationToken> cancel) {
+    const Graph& graph, const Limits& limits, std::shared_ptr<CancellationToken> cancel) {
   return Record(std::make_shared<const Graph>(graph), limits, std::move(cancel));
 }
 

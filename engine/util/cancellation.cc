@@ -1,9 +1,9 @@
-#include "engine/autograd/cancellation.h"
+#include "engine/util/cancellation.h"
 
 #include <utility>
 #include <vector>
 
-namespace gradserve::autograd {
+namespace gradserve {
 
 void CancellationToken::Cancel(absl::Status reason) {
   std::map<int64_t, std::function<void()>> to_run;
@@ -45,4 +45,4 @@ void CancellationToken::RemoveCallback(int64_t id) {
   callbacks_.erase(id);
 }
 
-}  // namespace gradserve::autograd
+}  // namespace gradserve
