@@ -27,14 +27,16 @@ thread_local std::shared_ptr<ReadyQueue> local_ready_queue;
 // worker holds the pass alive while it runs the Node.
 thread_local const GraphTask* current_graph_task = nullptr;
 
-// What a Node runs under: its pass as the current one, the pass's grad mode (create_graph)
-// and memory budget.
+// What a Node runs under: its pass as the current one, the pass's grad mode (create_graph),
+// memory budget and cancellation token (which the kernels check: Note [Stopping a running
+// op]).
 class GraphTaskScope {
  public:
   explicit GraphTaskScope(const GraphTask* graph_task)
       : previous_(current_graph_task),
         grad_mode_(graph_task->grad_mode_),
-        budget_(&graph_task->budget_) {
+        budget_(&graph_task->budget_),
+        cancel_(graph_task->cancel_.get()) {
     current_graph_task = graph_task;
   }
   ~GraphTaskScope() { current_graph_task = previous_; }
@@ -43,6 +45,7 @@ class GraphTaskScope {
   const GraphTask* previous_;
   GradModeGuard grad_mode_;
   MemoryBudgetScope budget_;
+  CancellationScope cancel_;
 };
 
 uint64_t compute_min_topological_nr(const EdgeList& outputs) {

@@ -297,6 +297,7 @@ class Interpreter {
     recorded->budget_ = std::make_shared<MemoryBudget>(limits.max_memory_bytes);
     absl::Status status = CatchAll([&]() -> absl::Status {
       MemoryBudgetScope budget_scope(recorded->budget_);
+      CancellationScope cancel_scope(cancel.get());  // Note [Stopping a running op]
       autograd::GradModeGuard grad_mode(true);
       auto program = std::make_shared<Program>();
       program->limits = limits;
@@ -320,6 +321,7 @@ class Interpreter {
     absl::StatusOr<CallResult> result;
     absl::Status status = CatchAll([&]() -> absl::Status {
       MemoryBudgetScope budget_scope(graph.budget_);
+      CancellationScope cancel_scope(graph.cancel_.get());  // Note [Stopping a running op]
       result = RunBackward(graph, call);
       return absl::OkStatus();
     });

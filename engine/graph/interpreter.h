@@ -54,7 +54,8 @@ absl::Status ValidateLeafValues(const Graph& graph, const Limits& limits);
 // the caller.
 class RecordedGraph {
  public:
-  // Validates, then runs the forward pass. cancel, if given, is checked between ops and passed
+  // Validates, then runs the forward pass. cancel, if given, is checked between ops and, being
+  // current on the thread, inside long kernels (Note [Stopping a running op]); it is passed
   // to every backward. The memory of all tensors is charged to one budget of
   // limits.max_memory_bytes.
   // The recorded Nodes share graph for their labels (Note [Node labels]).
