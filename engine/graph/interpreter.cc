@@ -154,6 +154,9 @@ int64_t RunOp(const Op& op, const ops::OpSchema& schema, int64_t index, const st
   }
 
   autograd::GradModeGuard grad_mode(autograd::GradMode::is_enabled() && !op.no_grad);
+  // Note [Tensors over max_tensor_elements]: a tensor over the limit is refused where the op
+  // allocates it, naming these outputs.
+  OutputNamesScope output_names(&op.outputs);
   TensorList outputs;
   if (schema.run) {
     outputs = schema.run(inputs, op.attrs);
@@ -192,6 +195,7 @@ int64_t RunOp(const Op& op, const ops::OpSchema& schema, int64_t index, const st
   for (size_t j = 0; j < outputs.size(); ++j) {
     Tensor& out = outputs[j];
     if (out.defined()) {
+      // Views allocate nothing, so Tensor::Empty did not see them.
       if (out.numel() > program->limits.max_tensor_elements) {
         ThrowStatus(absl::ResourceExhaustedError(
             absl::StrCat("output '", op.outputs[j], "' ", out.DebugString(), " has ", out.numel(),
@@ -294,7 +298,8 @@ class Interpreter {
     recorded->slots_ = std::move(slots);
     recorded->limits_ = limits;
     recorded->cancel_ = cancel;
-    recorded->budget_ = std::make_shared<MemoryBudget>(limits.max_memory_bytes);
+    recorded->budget_ =
+        std::make_shared<MemoryBudget>(limits.max_memory_bytes, limits.max_tensor_elements);
     absl::Status status = CatchAll([&]() -> absl::Status {
       MemoryBudgetScope budget_scope(recorded->budget_);
       CancellationScope cancel_scope(cancel.get());  // Note [Stopping a running op]

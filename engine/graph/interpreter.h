@@ -57,7 +57,8 @@ class RecordedGraph {
   // Validates, then runs the forward pass. cancel, if given, is checked between ops and, being
   // current on the thread, inside long kernels (Note [Stopping a running op]); it is passed
   // to every backward. The memory of all tensors is charged to one budget of
-  // limits.max_memory_bytes.
+  // limits.max_memory_bytes, which also refuses any tensor over limits.max_tensor_elements
+  // before it is allocated (Note [Tensors over max_tensor_elements]).
   // The recorded Nodes share graph for their labels (Note [Node labels]).
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
       std::shared_ptr<const Graph> graph, const Limits& limits,

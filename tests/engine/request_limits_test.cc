@@ -1,5 +1,7 @@
 // The limits of one request as the graph interpreter enforces them on work that used to escape
-// them (issue 24): deadlines and cancels stop one long op (Note [Stopping a running op]).
+// them (issue 24): deadlines and cancels stop one long op (Note [Stopping a running op]), and a
+// tensor over max_tensor_elements is refused before the op allocates or computes it (Note
+// [Tensors over max_tensor_elements]).
 //
 // These tests use only the interpreter's interface, so they also build against the engine as it
 // was before those changes, where each of them fails. Their time bounds are generous: a noisy
@@ -78,6 +80,8 @@ TEST(RequestLimitsTest, DeadlineStopsOneConv2dInsideTheOp) {
 }
 
 TEST(RequestLimitsTest, CancelFromAnotherThreadStopsOneMatmul) {
+  const Graph graph =
+      MatmulGraph(Square(6144, 0.5, DType::kFloat32), Square(6144, 0.25, DType::kFloat32));
   auto token = std::make_shared<autograd::CancellationToken>();
   absl::Time cancelled_at;
   std::thread canceller([&] {
@@ -85,14 +89,13 @@ TEST(RequestLimitsTest, CancelFromAnotherThreadStopsOneMatmul) {
     cancelled_at = absl::Now();
     token->Cancel(absl::CancelledError("the client cancelled the call"));
   });
-  auto recorded = RecordedGraph::Record(
-      MatmulGraph(Square(6144, 0.5, DType::kFloat32), Square(6144, 0.25, DType::kFloat32)), {},
-      token);
+  auto recorded = RecordedGraph::Record(graph, {}, token);
   const absl::Time stopped_at = absl::Now();
   canceller.join();
   EXPECT_EQ(recorded.status().code(), absl::StatusCode::kCancelled) << recorded.status();
-  EXPECT_TRUE(MessageHas(recorded.status(), "op #0 (matmul -> 'm')"));
-  EXPECT_TRUE(MessageHas(recorded.status(), "the client cancelled the call"));
+  // Cancelled inside the op, not before it.
+  EXPECT_TRUE(
+      MessageHas(recorded.status(), "op #0 (matmul -> 'm'): the client cancelled the call"));
   EXPECT_LT(stopped_at - cancelled_at, kStopBound);
 }
 
@@ -117,6 +120,24 @@ TEST(RequestLimitsTest, CancelDuringTheBackwardStopsTheMatmulNode) {
   canceller.join();
   EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled) << result.status();
   EXPECT_LT(stopped_at - cancelled_at, kStopBound);
+}
+
+TEST(RequestLimitsTest, OutputOverMaxTensorElementsIsRefusedBeforeTheWork) {
+  // The product [16384, 1024] @ [1024, 16384] has 2^28 elements (1 GiB of float32) and costs
+  // 2^38 multiply-adds; the limit refuses it before either.
+  Limits limits;
+  limits.max_tensor_elements = int64_t{1} << 26;
+  const Graph graph = MatmulGraph(Tensor::Full({16384, 1024}, 0.5, DType::kFloat32),
+                                  Tensor::Full({1024, 16384}, 0.5, DType::kFloat32));
+  const absl::Time start = absl::Now();
+  auto recorded = RecordedGraph::Record(graph, limits);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(recorded.status().code(), absl::StatusCode::kResourceExhausted) << recorded.status();
+  EXPECT_TRUE(MessageHas(recorded.status(),
+                         "op #0 (matmul -> 'm'): output 'm' float32[16384, "
+                         "16384] on cpu has 268435456 elements, over the "
+                         "limit of 67108864 (max_tensor_elements)"));
+  EXPECT_LT(took, absl::Milliseconds(500)) << "the product was computed before it was refused";
 }
 
 }  // namespace
