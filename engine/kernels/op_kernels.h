@@ -45,6 +45,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/types/span.h"
 #include "engine/tensor/tensor.h"
+#include "engine/tensor/working_buffer.h"
 #include "engine/util/cancellation.h"
 #include "engine/util/host_device.h"
 
@@ -304,13 +305,14 @@ void ReduceKernel(const Tensor& input, absl::Span<const bool> reduced, const Ten
   }
   const int64_t n_out = out.numel();
   OutT* const o = out.data<OutT>();
-  // Accumulate in out itself when it has the accumulator's type.
-  std::vector<AccT> buffer;
+  // Accumulate in out itself when it has the accumulator's type; otherwise in a buffer charged
+  // to the request's budget (Note [Working buffers]).
+  WorkingBuffer<AccT> buffer;
   AccT* a;
   if constexpr (std::is_same_v<AccT, OutT>) {
     a = o;
   } else {
-    buffer.resize(static_cast<size_t>(n_out));
+    buffer = WorkingBuffer<AccT>(n_out);
     a = buffer.data();
   }
   WorkMeter meter;  // Note [Stopping a running op]

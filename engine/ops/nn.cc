@@ -19,6 +19,7 @@
 #include "engine/ops/reductions.h"
 #include "engine/ops/shape.h"
 #include "engine/ops/shape_common.h"
+#include "engine/tensor/working_buffer.h"
 #include "engine/util/cancellation.h"
 
 namespace gradserve::ops {
@@ -542,7 +543,8 @@ void LayerNormKernel(const T* x, const T* weight, const T* bias, int64_t rows, i
 template <typename T>
 void LayerNormBackwardKernel(const T* x, const T* g, const T* weight, const T* mean, const T* rstd,
                              int64_t rows, int64_t cols, T* gx, T* gw, T* gb) {
-  std::vector<Acc> gw_acc(gw != nullptr ? cols : 0, 0), gb_acc(gb != nullptr ? cols : 0, 0);
+  // Note [Working buffers]: sized by the client's normalized shape.
+  WorkingBuffer<Acc> gw_acc(gw != nullptr ? cols : 0, 0), gb_acc(gb != nullptr ? cols : 0, 0);
   WorkMeter meter;
   for (int64_t r = 0; r < rows; ++r) {
     const T* in = x + r * cols;
@@ -565,8 +567,8 @@ void LayerNormBackwardKernel(const T* x, const T* g, const T* weight, const T* m
       gx[r * cols + c] = static_cast<T>(s * (gy - a - xhat * b));
     });
   }
-  for (int64_t c = 0; c < static_cast<int64_t>(gw_acc.size()); ++c) gw[c] = gw_acc[c];
-  for (int64_t c = 0; c < static_cast<int64_t>(gb_acc.size()); ++c) gb[c] = gb_acc[c];
+  for (int64_t c = 0; c < gw_acc.size(); ++c) gw[c] = gw_acc[c];
+  for (int64_t c = 0; c < gb_acc.size(); ++c) gb[c] = gb_acc[c];
 }
 
 void LayerNormCpu(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows,
@@ -701,7 +703,8 @@ void Conv2dKernel(const T* x, const T* w, const T* bias, const ConvGeometry& g, 
   const int64_t groups = g.groups(), rows = g.group_rows(), positions = g.positions();
   const int64_t out_per_group = g.out_channels / groups;
   const int64_t image_size = g.channels * g.height * g.width;
-  std::vector<T> cols(static_cast<size_t>(rows * groups * positions));
+  // Note [Working buffers]: one image's columns, charged before they are allocated.
+  WorkingBuffer<T> cols(rows * groups * positions);
   WorkMeter meter;  // Note [Stopping a running op]: im2col, each tile of the gemms, the bias
   for (int64_t n = 0; n < g.batch; ++n) {
     Im2ColImage(x + n * image_size, g, cols.data(), meter);
@@ -727,7 +730,8 @@ void Conv2dBackwardKernel(const T* x, const T* w, const T* grad, const ConvGeome
   const int64_t groups = g.groups(), rows = g.group_rows(), positions = g.positions();
   const int64_t out_per_group = g.out_channels / groups;
   const int64_t image_size = g.channels * g.height * g.width;
-  std::vector<T> cols(static_cast<size_t>(rows * groups * positions));
+  // Note [Working buffers]: one image's columns, charged before they are allocated.
+  WorkingBuffer<T> cols(rows * groups * positions);
   WorkMeter meter;  // Note [Stopping a running op]
   for (int64_t n = 0; n < g.batch; ++n) {
     const T* g_n = grad + n * g.out_channels * positions;

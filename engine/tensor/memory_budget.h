@@ -6,7 +6,8 @@
 // installs it (MemoryBudgetScope) around the forward pass; the Engine installs the GraphTask's
 // budget around each node it evaluates, on whatever thread that is. A charge over the limit
 // throws StatusError(RESOURCE_EXHAUSTED) before the memory is taken, so no client can make the
-// server allocate without bound.
+// server allocate without bound. The kernels' working buffers are charged the same way (Note
+// [Working buffers], working_buffer.h).
 //
 // Note [Tensors over max_tensor_elements]
 // The budget also carries the request's max_tensor_elements, so that the limit is wherever the

@@ -1,7 +1,8 @@
 // The limits of one request as the graph interpreter enforces them on work that used to escape
 // them (issue 24): deadlines and cancels stop one long op (Note [Stopping a running op]), and a
 // tensor over max_tensor_elements is refused before the op allocates or computes it (Note
-// [Tensors over max_tensor_elements]).
+// [Tensors over max_tensor_elements]), and the kernels' working buffers are charged to the
+// request's memory budget (Note [Working buffers]).
 //
 // These tests use only the interpreter's interface, so they also build against the engine as it
 // was before those changes, where each of them fails. Their time bounds are generous: a noisy
@@ -138,6 +139,24 @@ TEST(RequestLimitsTest, OutputOverMaxTensorElementsIsRefusedBeforeTheWork) {
                          "16384] on cpu has 268435456 elements, over the "
                          "limit of 67108864 (max_tensor_elements)"));
   EXPECT_LT(took, absl::Milliseconds(500)) << "the product was computed before it was refused";
+}
+
+TEST(RequestLimitsTest, Conv2dWorkingBufferIsChargedBeforeItIsAllocated) {
+  // A 4 MiB input, a 4 MiB output, and an im2col buffer of 16 * 16 * 16 * 256 * 256 floats:
+  // 1 GiB, under a budget of 16 MiB.
+  Limits limits;
+  limits.max_memory_bytes = int64_t{16} << 20;
+  GraphBuilder b;
+  b.Leaf("x", Tensor::Full({1, 16, 256, 256}, 0.5, DType::kFloat32))
+      .Leaf("w", Tensor::Full({16, 16, 16, 16}, 0.01, DType::kFloat32))
+      .Op("conv2d", {"x", "w"}, {"y"}, ops::Attrs({{"padding", std::string("same")}}));
+  const absl::Time start = absl::Now();
+  auto recorded = RecordedGraph::Record(b.Build(), limits);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(recorded.status().code(), absl::StatusCode::kResourceExhausted) << recorded.status();
+  EXPECT_TRUE(MessageHas(recorded.status(), "op #0 (conv2d -> 'y')"));
+  EXPECT_TRUE(MessageHas(recorded.status(), "request memory limit exceeded"));
+  EXPECT_LT(took, absl::Milliseconds(500)) << "the convolution ran before it was refused";
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
 #include "engine/tensor/tensor.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "engine/kernels/basic_kernels.h"
 #include "engine/tensor/memory_budget.h"
+#include "engine/tensor/working_buffer.h"
 #include "gtest/gtest.h"
 
 namespace gradserve {
@@ -87,6 +90,35 @@ TEST(TensorTest, MemoryBudgetRefusesTensorsOverMaxTensorElements) {
   EXPECT_EQ(OutputNamesScope::Current(), nullptr);
   EXPECT_EQ(budget->used(), 4000);
   EXPECT_EQ(budget->peak(), 4000);
+}
+
+// Note [Working buffers]: charged before they are allocated, released when freed or moved
+// from; nothing is charged without a budget.
+TEST(WorkingBufferTest, ChargedToTheCurrentBudgetWhileItLives) {
+  WorkingBuffer<double> unaccounted(16, 1.5);
+  EXPECT_EQ(unaccounted[15], 1.5);
+  auto budget = std::make_shared<MemoryBudget>(1000);
+  MemoryBudgetScope scope(budget);
+  {
+    WorkingBuffer<double> buffer(100, 0.0);
+    EXPECT_EQ(buffer.size(), 100);
+    EXPECT_EQ(buffer[99], 0.0);
+    EXPECT_EQ(budget->used(), 800);
+    WorkingBuffer<double> moved = std::move(buffer);
+    EXPECT_EQ(buffer.data(), nullptr);
+    EXPECT_EQ(budget->used(), 800);
+    try {
+      WorkingBuffer<float> over(int64_t{1} << 40);
+      FAIL() << "expected RESOURCE_EXHAUSTED";
+    } catch (const StatusError& e) {
+      EXPECT_EQ(e.status().code(), absl::StatusCode::kResourceExhausted);
+      EXPECT_TRUE(absl::StrContains(e.status().message(), "request memory limit exceeded"));
+    }
+    EXPECT_EQ(budget->used(), 800);
+    EXPECT_EQ(budget->peak(), 800);
+  }
+  EXPECT_EQ(budget->used(), 0);
+  EXPECT_THROW(WorkingBuffer<double>(int64_t{1} << 62), StatusError);
 }
 
 }  // namespace
