@@ -161,8 +161,11 @@ void Engine::compute_dependencies(Node* root, GraphTask& task, uint64_t min_topo
   // followed.
   // The root's topological_nr is the length of the longest path below it: a lower bound on
   // the number of Nodes, exact for a chain. Reserving it spares most rehashes as the table
-  // grows (capped, since it only sizes a hint).
-  task.nodes_in_graph_.reserve(std::min<uint64_t>(root->topological_nr() + 1, uint64_t{1} << 20));
+  // grows (capped, since it only sizes a hint). Past that, the table is made bigger before the
+  // Node that would make it grow by itself, charged to the pass's budget first (Note
+  // [GraphTask node table]); so a graph too big for the budget stops here.
+  size_t room =
+      task.ReserveNodeTable(std::min<uint64_t>(root->topological_nr() + 1, uint64_t{1} << 20));
   std::vector<Node*> queue{root};
   task.nodes_in_graph_.try_emplace(root);
   while (!queue.empty()) {
@@ -172,6 +175,9 @@ void Engine::compute_dependencies(Node* root, GraphTask& task, uint64_t min_topo
     for (const Edge& edge : fn->next_edges()) {
       Node* next = edge.function.get();
       if (next == nullptr) continue;
+      if (task.nodes_in_graph_.size() >= room) {
+        room = task.ReserveNodeTable(task.nodes_in_graph_.size() + 1);
+      }
       auto [it, inserted] = task.nodes_in_graph_.try_emplace(next);
       it->second.dependencies_ += 1;
       if (inserted) queue.push_back(next);

@@ -1,8 +1,9 @@
 // The limits of one request as the graph interpreter enforces them on work that used to escape
 // them (issue 24): deadlines and cancels stop one long op (Note [Stopping a running op]), and a
 // tensor over max_tensor_elements is refused before the op allocates or computes it (Note
-// [Tensors over max_tensor_elements]), and the kernels' working buffers are charged to the
-// request's memory budget (Note [Working buffers]).
+// [Tensors over max_tensor_elements]), and the kernels' working buffers and the Nodes of nested
+// backwards are charged to the request's memory budget (Note [Working buffers], Note [Nodes on
+// the budget]).
 //
 // These tests use only the interpreter's interface, so they also build against the engine as it
 // was before those changes, where each of them fails. Their time bounds are generous: a noisy
@@ -25,6 +26,7 @@
 namespace gradserve::graph {
 namespace {
 
+using ::gradserve::graph::testing::F64;
 using ::gradserve::graph::testing::GradCall;
 using ::gradserve::graph::testing::GraphBuilder;
 using ::gradserve::graph::testing::MessageHas;
@@ -157,6 +159,32 @@ TEST(RequestLimitsTest, Conv2dWorkingBufferIsChargedBeforeItIsAllocated) {
   EXPECT_TRUE(MessageHas(recorded.status(), "op #0 (conv2d -> 'y')"));
   EXPECT_TRUE(MessageHas(recorded.status(), "request memory limit exceeded"));
   EXPECT_LT(took, absl::Milliseconds(500)) << "the convolution ran before it was refused";
+}
+
+// Note [Nodes on the budget]: each level of in-graph grad with create_graph records the
+// backward of the level below, a graph several times its size, of one-element tensors whose
+// bytes are nothing but whose Nodes are hundreds of bytes each.
+Graph NestedGrads(int levels) {
+  GraphBuilder b;
+  b.Leaf("x", F64({0.5}), true).Op("sin", {"x"}, {"g0"}).Op("mul", {"g0", "x"}, {"g0x"});
+  std::string last = "g0x";
+  for (int i = 1; i <= levels; ++i) {
+    const std::string g = absl::StrCat("g", i);
+    b.Op("grad", {last}, {g}, ops::Attrs({{"wrt", std::vector<std::string>{"x"}}}));
+    b.Op("mul", {g, "x"}, {absl::StrCat(g, "x")});
+    last = absl::StrCat(g, "x");
+  }
+  return b.Build();
+}
+
+TEST(RequestLimitsTest, NestedGradLevelsAreChargedToTheBudget) {
+  Limits limits;
+  limits.max_memory_bytes = int64_t{16} << 20;
+  ASSERT_TRUE(RecordedGraph::Record(NestedGrads(3), limits).ok());
+  auto recorded = RecordedGraph::Record(NestedGrads(13), limits);
+  EXPECT_EQ(recorded.status().code(), absl::StatusCode::kResourceExhausted) << recorded.status();
+  EXPECT_TRUE(MessageHas(recorded.status(), "(grad -> 'g"));
+  EXPECT_TRUE(MessageHas(recorded.status(), "request memory limit exceeded"));
 }
 
 }  // namespace
