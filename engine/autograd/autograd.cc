@@ -57,6 +57,8 @@ absl::StatusOr<TensorList> RunBackward(const TensorList& roots, const TensorList
   try {
     std::optional<MemoryBudgetScope> budget_scope;
     if (options.budget != nullptr) budget_scope.emplace(options.budget);
+    std::optional<CancellationScope> cancel_scope;
+    if (options.cancel != nullptr) cancel_scope.emplace(options.cancel.get());
     EdgeList root_edges;
     TensorList grads;
     PrepareRoots(roots, seeds, root_edges, grads);

@@ -27,14 +27,18 @@ thread_local std::shared_ptr<ReadyQueue> local_ready_queue;
 // worker holds the pass alive while it runs the Node.
 thread_local const GraphTask* current_graph_task = nullptr;
 
-// What a Node runs under: its pass as the current one, the pass's grad mode (create_graph)
-// and memory budget.
+// What a Node runs under: its pass as the current one, the pass's grad mode (create_graph),
+// memory budget and cancellation token (which the kernels check: Note [Stopping a running
+// op]), and no op outputs to name in errors (Note [Tensors over max_tensor_elements]): what a
+// Node makes is not an output of the graph's op, such as a grad op, that runs the pass.
 class GraphTaskScope {
  public:
   explicit GraphTaskScope(const GraphTask* graph_task)
       : previous_(current_graph_task),
         grad_mode_(graph_task->grad_mode_),
-        budget_(&graph_task->budget_) {
+        budget_(&graph_task->budget_),
+        cancel_(graph_task->cancel_.get()),
+        output_names_(nullptr) {
     current_graph_task = graph_task;
   }
   ~GraphTaskScope() { current_graph_task = previous_; }
@@ -43,6 +47,8 @@ class GraphTaskScope {
   const GraphTask* previous_;
   GradModeGuard grad_mode_;
   MemoryBudgetScope budget_;
+  CancellationScope cancel_;
+  OutputNamesScope output_names_;
 };
 
 uint64_t compute_min_topological_nr(const EdgeList& outputs) {
@@ -155,8 +161,11 @@ void Engine::compute_dependencies(Node* root, GraphTask& task, uint64_t min_topo
   // followed.
   // The root's topological_nr is the length of the longest path below it: a lower bound on
   // the number of Nodes, exact for a chain. Reserving it spares most rehashes as the table
-  // grows (capped, since it only sizes a hint).
-  task.nodes_in_graph_.reserve(std::min<uint64_t>(root->topological_nr() + 1, uint64_t{1} << 20));
+  // grows (capped, since it only sizes a hint). Past that, the table is made bigger before the
+  // Node that would make it grow by itself, charged to the pass's budget first (Note
+  // [GraphTask node table]); so a graph too big for the budget stops here.
+  size_t room =
+      task.ReserveNodeTable(std::min<uint64_t>(root->topological_nr() + 1, uint64_t{1} << 20));
   std::vector<Node*> queue{root};
   task.nodes_in_graph_.try_emplace(root);
   while (!queue.empty()) {
@@ -166,6 +175,9 @@ void Engine::compute_dependencies(Node* root, GraphTask& task, uint64_t min_topo
     for (const Edge& edge : fn->next_edges()) {
       Node* next = edge.function.get();
       if (next == nullptr) continue;
+      if (task.nodes_in_graph_.size() >= room) {
+        room = task.ReserveNodeTable(task.nodes_in_graph_.size() + 1);
+      }
       auto [it, inserted] = task.nodes_in_graph_.try_emplace(next);
       it->second.dependencies_ += 1;
       if (inserted) queue.push_back(next);

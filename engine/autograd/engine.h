@@ -83,7 +83,8 @@ class Engine {
   // where none arrived), or the first error: the status a Node threw, prefixed with the Node's
   // name and label; FAILED_PRECONDITION for a second pass through freed saved tensors;
   // INVALID_ARGUMENT for a NaN under anomaly mode; CANCELLED or DEADLINE_EXCEEDED when the
-  // token says so (checked between Nodes).
+  // token says so (checked between Nodes and, as each Node's current token, inside long
+  // kernels: Note [Stopping a running op]).
   absl::StatusOr<TensorList> execute(const EdgeList& roots, TensorList seeds,
                                      const ExecuteOptions& options, const EdgeList& outputs);
 

@@ -1,5 +1,8 @@
 #include "engine/autograd/graph_task.h"
 
+#include <algorithm>
+
+#include "absl/numeric/bits.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "engine/autograd/ready_queue.h"
@@ -17,6 +20,27 @@ GraphTask::GraphTask(bool keep_graph, bool grad_mode, int reentrant_depth,
 
 GraphTask::~GraphTask() {
   if (cancel_ != nullptr && cancel_callback_id_ >= 0) cancel_->RemoveCallback(cancel_callback_id_);
+  if (budget_ != nullptr) budget_->Release(node_table_charged_);
+}
+
+size_t GraphTask::ReserveNodeTable(size_t entries) {
+  // A swiss table grows when it is 7/8 full (one Node less here, to stay on the safe side); its
+  // capacity is a power of two minus one, and each slot has one control byte besides the entry.
+  auto room = [this]() -> size_t {
+    const size_t capacity = nodes_in_graph_.capacity();
+    return capacity == 0 ? 0 : capacity - capacity / 8 - 1;
+  };
+  if (entries <= room()) return room();
+  const size_t wanted = std::max(entries, 2 * nodes_in_graph_.size());
+  const size_t slots = absl::bit_ceil(wanted + wanted / 7 + 1);
+  const int64_t bytes =
+      static_cast<int64_t>(slots * (sizeof(decltype(nodes_in_graph_)::value_type) + 1));
+  if (budget_ != nullptr && bytes > node_table_charged_) {
+    budget_->Charge(bytes - node_table_charged_);
+    node_table_charged_ = bytes;
+  }
+  nodes_in_graph_.reserve(wanted);
+  return room();
 }
 
 void GraphTask::init_to_execute(Node& graph_root, const EdgeList& outputs, bool accumulate_grad,

@@ -90,7 +90,10 @@ struct GraphTask : std::enable_shared_from_this<GraphTask> {
   // microsecond. The table's set of keys is fixed before the first task is queued (by
   // compute_dependencies and init_to_execute) and never changes during the pass, so entries
   // can be found without a lock; an entry's dependencies_ and not_ready_ change only under
-  // mutex_, and its exec_info_ is read-only once the pass starts.
+  // mutex_, and its exec_info_ is read-only once the pass starts. The table is charged to the
+  // pass's budget as it grows, before each growth (ReserveNodeTable), and given back with the
+  // GraphTask: it is as big as the graph, and so is the request's share of the Engine's memory
+  // (Note [Nodes on the budget]).
   struct NodeState {
     // Inputs that have not arrived yet.
     int dependencies_ = 0;
@@ -103,6 +106,13 @@ struct GraphTask : std::enable_shared_from_this<GraphTask> {
 
   // Whether exec_info_ applies: false (PyTorch: exec_info_ is empty) when every Node runs.
   bool exec_info_used() const { return exec_info_used_; }
+
+  // Note [GraphTask node table]: makes room in nodes_in_graph_ for at least `entries` Nodes
+  // (at least doubling it, if it must grow), charging budget_ (if any) for the bigger table
+  // before it is allocated. Returns how many Nodes the table now holds without growing by
+  // itself. Throws RESOURCE_EXHAUSTED over the budget, leaving the table as it was. Owner
+  // thread only, before the first task is queued.
+  size_t ReserveNodeTable(size_t entries);
 
   // Guards the entries' dependencies_ and not_ready_, captured_vars_ and streams_used_.
   Mutex mutex_;
@@ -125,6 +135,8 @@ struct GraphTask : std::enable_shared_from_this<GraphTask> {
   std::shared_ptr<CancellationToken> cancel_;
   int64_t cancel_callback_id_ = -1;
   std::shared_ptr<MemoryBudget> budget_;
+  // What nodes_in_graph_ was charged to budget_ (ReserveNodeTable).
+  int64_t node_table_charged_ = 0;
   // The deadline the owner thread waits against (the token's, or infinite).
   absl::Time deadline() const {
     return cancel_ != nullptr ? cancel_->deadline() : absl::InfiniteFuture();

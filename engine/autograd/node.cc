@@ -1,6 +1,7 @@
 #include "engine/autograd/node.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "engine/autograd/grad_mode.h"
@@ -18,7 +19,21 @@ Node::Node(EdgeList next_edges) : sequence_nr_(NextSequenceNr()) {
   set_next_edges(std::move(next_edges));
 }
 
+Node::~Node() {
+  if (budget_ != nullptr) budget_->Release(charged_);
+}
+
+void Node::Charge(int64_t bytes) {
+  if (budget_ == nullptr) return;
+  budget_->Charge(bytes);
+  charged_ += bytes;
+}
+
 void Node::set_next_edges(EdgeList next_edges) {
+  if (next_edges.size() > edges_covered_) {
+    Charge(static_cast<int64_t>(next_edges.size() - edges_covered_) * kEdgeBytes);
+    edges_covered_ = static_cast<uint32_t>(next_edges.size());
+  }
   next_edges_ = std::move(next_edges);
   uint64_t topo = 0;
   for (const Edge& edge : next_edges_) {
@@ -28,6 +43,10 @@ void Node::set_next_edges(EdgeList next_edges) {
 }
 
 uint32_t Node::add_input_metadata(const InputMetadata& metadata) {
+  if (input_metadata_.size() >= inputs_covered_) {
+    Charge(kInputBytes);
+    ++inputs_covered_;
+  }
   if (!stream_.has_stream()) stream_ = metadata.stream;
   input_metadata_.push_back(metadata);
   return static_cast<uint32_t>(input_metadata_.size() - 1);
@@ -41,6 +60,23 @@ void Node::set_label(std::string label) {
     const std::string label;
   };
   set_label(std::make_shared<const Fixed>(std::move(label)), 0);
+}
+
+NodeCharge::NodeCharge(int64_t node_bytes) {
+  const std::shared_ptr<MemoryBudget>& budget = CurrentMemoryBudget();
+  if (budget == nullptr) return;
+  budget->Charge(node_bytes);
+  budget_ = budget;
+  bytes_ = node_bytes;
+}
+
+NodeCharge::~NodeCharge() {
+  if (budget_ != nullptr) budget_->Release(bytes_);
+}
+
+void NodeCharge::HandTo(Node& node) {
+  node.budget_ = std::move(budget_);
+  node.charged_ = std::exchange(bytes_, 0);
 }
 
 std::string Node::DebugName() const {

@@ -27,6 +27,27 @@
 // Destroying a Node releases its next edges, which may destroy the next Node, and so on: a
 // chain of a million Nodes would overflow the stack if that recursed. Nodes are therefore made
 // with MakeNode, whose deleter (DeleteNode) unlinks such chains iteratively.
+//
+// Note [Nodes on the budget]
+// A recorded graph is memory the server holds for a request beside its tensors' bytes: each
+// Node, its edges and input metadata, and the tensors it describes (their TensorImpl, Storage
+// and autograd metadata, which a storage's charge of its bytes leaves out). None of it was
+// counted, and in-graph grad with create_graph records the backward of each level, a graph
+// several times the size of the one it differentiates, of one-element tensors whose bytes are
+// next to nothing: 13 nested levels in a 935-byte request took 418 MB under a budget of 16 MiB.
+// So MakeNode charges an estimate of each Node to the MemoryBudget current on the thread that
+// makes it (Note [Memory budget]) before making it: sizeof its class plus kNodeOverheadBytes
+// (the shared_ptr's control block, and up to kEdgesCovered edges and kInputsCovered inputs),
+// and set_next_edges and add_input_metadata charge kEdgeBytes and kInputBytes for each one
+// past those, before adding it. An input's estimate includes a share of the tensor it
+// describes (an output of the op). A charge over the limit throws RESOURCE_EXHAUSTED, and the
+// Node or its edges are not made. The Node keeps the budget and gives the whole charge back
+// when it is destroyed, on whatever thread. With no budget current (tests, benchmarks) nothing
+// is charged; the cost of the charge is then one thread-local read per Node. The Engine
+// charges its table of a backward pass's Nodes too (Note [GraphTask node table]). The
+// estimates were set against glibc's heap on nested in-graph grads of one-element tensors,
+// where they charge a little more than the heap grows (0.8 to 0.95 bytes of heap per byte
+// charged, 6 to 11 levels: docs/benchmarks.md).
 
 #ifndef GRADSERVE_ENGINE_AUTOGRAD_NODE_H_
 #define GRADSERVE_ENGINE_AUTOGRAD_NODE_H_
@@ -40,6 +61,7 @@
 #include "engine/autograd/edge.h"
 #include "engine/autograd/function_hook.h"
 #include "engine/autograd/input_metadata.h"
+#include "engine/tensor/memory_budget.h"
 #include "engine/tensor/tensor.h"
 #include "engine/util/mutex.h"
 
@@ -54,11 +76,25 @@ class NodeLabeler {
   virtual std::string Label(int64_t key) const = 0;
 };
 
+// Note [Nodes on the budget]: the estimates a Node is charged.
+inline constexpr int64_t kEdgeBytes = sizeof(Edge) + 8;  // in a vector, with slack
+// An input's metadata, malloc's header, and a share of the tensor it describes: a TensorImpl,
+// Storage and autograd metadata are some 470 bytes, but many outputs of a recorded graph's ops
+// are freed while their Nodes live, since only the saved ones are held.
+inline constexpr int64_t kInputBytes = sizeof(InputMetadata) + 16 + 128;
+inline constexpr uint32_t kEdgesCovered = 2;
+inline constexpr uint32_t kInputsCovered = 1;
+// The shared_ptr's control block with its deleter and malloc's headers, and the edges and
+// inputs covered.
+inline constexpr int64_t kNodeOverheadBytes =
+    96 + kEdgesCovered * kEdgeBytes + kInputsCovered * kInputBytes;
+
 class Node : public std::enable_shared_from_this<Node> {
  public:
   // Takes the next sequence number of this thread.
   explicit Node(EdgeList next_edges = EdgeList());
-  virtual ~Node() = default;
+  // Gives back what the Node was charged (Note [Nodes on the budget]).
+  virtual ~Node();
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
@@ -81,11 +117,14 @@ class Node : public std::enable_shared_from_this<Node> {
   uint32_t num_outputs() const { return static_cast<uint32_t>(next_edges_.size()); }
   // True if gradient output i is needed by anything.
   bool should_compute_output(size_t i) const { return next_edges_[i].is_valid(); }
-  // Sets the edges and, from them, topological_nr (Note [Node numbering]).
+  // Sets the edges and, from them, topological_nr (Note [Node numbering]). Edges past
+  // kEdgesCovered are charged to the Node's budget first: throws RESOURCE_EXHAUSTED, leaving
+  // the Node as it was, over the limit (Note [Nodes on the budget]).
   void set_next_edges(EdgeList next_edges);
 
   // --- Inputs: the gradients this Node receives. ---
-  // Records the metadata of a forward output; returns its input number.
+  // Records the metadata of a forward output; returns its input number. Inputs past
+  // kInputsCovered are charged as set_next_edges charges edges.
   uint32_t add_input_metadata(const InputMetadata& metadata);
   uint32_t num_inputs() const { return static_cast<uint32_t>(input_metadata_.size()); }
   const InputMetadata& input_metadata(size_t i) const { return input_metadata_[i]; }
@@ -131,8 +170,16 @@ class Node : public std::enable_shared_from_this<Node> {
   // Note [Node thread safety].
   Mutex& mutex() const { return mutex_; }
 
+  // Bytes this Node was charged to a budget (Note [Nodes on the budget]); 0 if none.
+  int64_t charged_bytes() const { return charged_; }
+
  private:
   friend void DeleteNode(Node* node);
+  friend class NodeCharge;
+
+  // Charges bytes more to budget_, if any (Note [Nodes on the budget]); throws
+  // RESOURCE_EXHAUSTED over the limit, charging nothing.
+  void Charge(int64_t bytes);
 
   const uint64_t sequence_nr_;
   uint64_t topological_nr_ = 0;
@@ -145,6 +192,31 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<std::unique_ptr<FunctionPreHook>> pre_hooks_;
   std::vector<std::unique_ptr<FunctionPostHook>> post_hooks_;
   mutable Mutex mutex_;
+  // Note [Nodes on the budget]: the budget charged (null: none), how much, and how many edges
+  // and inputs the charge covers. Set while the Node is built, on one thread.
+  std::shared_ptr<MemoryBudget> budget_;
+  int64_t charged_ = 0;
+  uint32_t edges_covered_ = kEdgesCovered;
+  uint32_t inputs_covered_ = kInputsCovered;
+};
+
+// Charges a Node's estimate to the current budget before the Node is made, and hands the charge
+// to it (Note [Nodes on the budget]); gives it back if the Node never gets it.
+class NodeCharge {
+ public:
+  // Charges node_bytes to the budget current on this thread, if any; throws
+  // RESOURCE_EXHAUSTED over its limit.
+  explicit NodeCharge(int64_t node_bytes);
+  ~NodeCharge();
+  NodeCharge(const NodeCharge&) = delete;
+  NodeCharge& operator=(const NodeCharge&) = delete;
+
+  // The Node now holds the charge, and gives it back when destroyed.
+  void HandTo(Node& node);
+
+ private:
+  std::shared_ptr<MemoryBudget> budget_;
+  int64_t bytes_ = 0;
 };
 
 // Deletes a Node, unlinking chains of Nodes that die with it without recursion
@@ -152,10 +224,14 @@ class Node : public std::enable_shared_from_this<Node> {
 void DeleteNode(Node* node);
 
 // Makes a Node of type T owned by a shared_ptr whose deleter is DeleteNode. Every Node must be
-// made this way.
+// made this way. Charges the Node to the current budget first (Note [Nodes on the budget]):
+// throws RESOURCE_EXHAUSTED over its limit.
 template <typename T, typename... Args>
 std::shared_ptr<T> MakeNode(Args&&... args) {
-  return std::shared_ptr<T>(new T(std::forward<Args>(args)...), DeleteNode);
+  NodeCharge charge(static_cast<int64_t>(sizeof(T)) + kNodeOverheadBytes);
+  std::shared_ptr<T> node(new T(std::forward<Args>(args)...), DeleteNode);
+  charge.HandTo(*node);
+  return node;
 }
 
 // The next sequence number on this thread (Note [Node numbering]).

@@ -7,8 +7,7 @@
 namespace gradserve::graph {
 
 TensorList RunGradOp(const TensorList& roots, const TensorList& seeds, const TensorList& wrt,
-                     const ops::Attrs& attrs,
-                     const std::shared_ptr<autograd::CancellationToken>& cancel) {
+                     const ops::Attrs& attrs, const std::shared_ptr<CancellationToken>& cancel) {
   const bool materialize = attrs.GetBool("materialize_grads", false);
   autograd::BackwardOptions options;
   options.create_graph = attrs.GetBool("create_graph", true);

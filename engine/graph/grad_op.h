@@ -21,8 +21,7 @@ namespace gradserve::graph {
 // cancel is cancelled. Errors: throws StatusError (INVALID_ARGUMENT for a root or wrt that
 // requires no grad, or an unreached wrt; whatever the backward raises).
 TensorList RunGradOp(const TensorList& roots, const TensorList& seeds, const TensorList& wrt,
-                     const ops::Attrs& attrs,
-                     const std::shared_ptr<autograd::CancellationToken>& cancel);
+                     const ops::Attrs& attrs, const std::shared_ptr<CancellationToken>& cancel);
 
 }  // namespace gradserve::graph
 

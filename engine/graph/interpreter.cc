@@ -51,7 +51,7 @@ struct Program {
   };
 
   Limits limits;
-  std::shared_ptr<autograd::CancellationToken> cancel;
+  std::shared_ptr<CancellationToken> cancel;
   std::shared_ptr<const ValueSlots> slots;  // the top level's, holding every body's
   // Keyed by the body's address; the checkpoint Nodes hold the bodies alive.
   absl::flat_hash_map<const Graph*, Body> bodies;
@@ -155,6 +155,9 @@ int64_t RunOp(const Op& op, const ops::OpSchema& schema, int64_t index, const st
   }
 
   autograd::GradModeGuard grad_mode(autograd::GradMode::is_enabled() && !op.no_grad);
+  // Note [Tensors over max_tensor_elements]: a tensor over the limit is refused where the op
+  // allocates it, naming these outputs.
+  OutputNamesScope output_names(&op.outputs);
   TensorList outputs;
   if (schema.run) {
     outputs = schema.run(inputs, op.attrs);
@@ -193,6 +196,7 @@ int64_t RunOp(const Op& op, const ops::OpSchema& schema, int64_t index, const st
   for (size_t j = 0; j < outputs.size(); ++j) {
     Tensor& out = outputs[j];
     if (out.defined()) {
+      // Views allocate nothing, so Tensor::Empty did not see them.
       if (out.numel() > program->limits.max_tensor_elements) {
         ThrowStatus(absl::ResourceExhaustedError(
             absl::StrCat("output ", Quote(op.outputs[j]), " ", out.DebugString(), " has ",
@@ -288,7 +292,7 @@ class Interpreter {
   // Runs a graph that passed its checks forward; slots are Validate's for it.
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
       const std::shared_ptr<const Graph>& shared_graph, std::shared_ptr<const ValueSlots> slots,
-      const Limits& limits, std::shared_ptr<autograd::CancellationToken> cancel) {
+      const Limits& limits, std::shared_ptr<CancellationToken> cancel) {
     const Graph& graph = *shared_graph;
     std::unique_ptr<RecordedGraph> recorded(new RecordedGraph);
     recorded->graph_ = shared_graph;
@@ -296,10 +300,12 @@ class Interpreter {
     recorded->limits_ = limits;
     recorded->cancel_ = cancel;
     // Within the budget of the caller's thread, if any (Note [Budgets within a budget]).
-    recorded->budget_ = std::make_shared<MemoryBudget>(
-        limits.max_memory_bytes, CurrentMemoryBudget(), "request memory limit");
+    recorded->budget_ =
+        std::make_shared<MemoryBudget>(limits.max_memory_bytes, CurrentMemoryBudget(),
+                                       "request memory limit", limits.max_tensor_elements);
     absl::Status status = CatchAll([&]() -> absl::Status {
       MemoryBudgetScope budget_scope(recorded->budget_);
+      CancellationScope cancel_scope(cancel.get());  // Note [Stopping a running op]
       autograd::GradModeGuard grad_mode(true);
       auto program = std::make_shared<Program>();
       program->limits = limits;
@@ -323,6 +329,7 @@ class Interpreter {
     absl::StatusOr<CallResult> result;
     absl::Status status = CatchAll([&]() -> absl::Status {
       MemoryBudgetScope budget_scope(graph.budget_);
+      CancellationScope cancel_scope(graph.cancel_.get());  // Note [Stopping a running op]
       result = RunBackward(graph, call);
       return absl::OkStatus();
     });
@@ -391,7 +398,7 @@ class Interpreter {
 
 absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(
     std::shared_ptr<const Graph> graph, const Limits& limits,
-    std::shared_ptr<autograd::CancellationToken> cancel) {
+    std::shared_ptr<CancellationToken> cancel) {
   absl::StatusOr<std::unique_ptr<const ValueSlots>> slots = Validate(*graph, limits);
   if (!slots.ok()) return slots.status();
   return Interpreter::Record(graph, *std::move(slots), limits, std::move(cancel));
@@ -399,13 +406,13 @@ absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(
 
 absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::RecordValidated(
     std::shared_ptr<const Graph> graph, std::shared_ptr<const ValueSlots> slots,
-    const Limits& limits, std::shared_ptr<autograd::CancellationToken> cancel) {
+    const Limits& limits, std::shared_ptr<CancellationToken> cancel) {
   if (absl::Status s = ValidateLeafValues(*graph, limits); !s.ok()) return s;
   return Interpreter::Record(graph, std::move(slots), limits, std::move(cancel));
 }
 
 absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(
-    const Graph& graph, const Limits& limits, std::shared_ptr<autograd::CancellationToken> cancel) {
+    const Graph& graph, const Limits& limits, std::shared_ptr<CancellationToken> cancel) {
   return Record(std::make_shared<const Graph>(graph), limits, std::move(cancel));
 }
 

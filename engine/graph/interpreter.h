@@ -60,17 +60,19 @@ absl::Status ValidateLeafValues(const Graph& graph, const Limits& limits);
 // the caller.
 class RecordedGraph {
  public:
-  // Validates, then runs the forward pass. cancel, if given, is checked between ops and passed
+  // Validates, then runs the forward pass. cancel, if given, is checked between ops and, being
+  // current on the thread, inside long kernels (Note [Stopping a running op]); it is passed
   // to every backward. The memory of all tensors is charged to one budget of
-  // limits.max_memory_bytes.
+  // limits.max_memory_bytes, which also refuses any tensor over limits.max_tensor_elements
+  // before it is allocated (Note [Tensors over max_tensor_elements]).
   // The recorded Nodes share graph for their labels (Note [Node labels]).
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
       std::shared_ptr<const Graph> graph, const Limits& limits,
-      std::shared_ptr<autograd::CancellationToken> cancel = nullptr);
+      std::shared_ptr<CancellationToken> cancel = nullptr);
   // The same on a copy of graph.
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
       const Graph& graph, const Limits& limits,
-      std::shared_ptr<autograd::CancellationToken> cancel = nullptr);
+      std::shared_ptr<CancellationToken> cancel = nullptr);
   // Record for a graph that passed Validate(*graph, limits), which returned slots, and whose
   // leaves' values alone may have been replaced since: checks only those (ValidateLeafValues),
   // then runs the forward pass as Record does. Giving slots of another graph, or limits other
@@ -78,7 +80,7 @@ class RecordedGraph {
   // graph] in server/run/graph_cache.h).
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordValidated(
       std::shared_ptr<const Graph> graph, std::shared_ptr<const ValueSlots> slots,
-      const Limits& limits, std::shared_ptr<autograd::CancellationToken> cancel = nullptr);
+      const Limits& limits, std::shared_ptr<CancellationToken> cancel = nullptr);
 
   // Runs one backward call.
   absl::StatusOr<CallResult> Backward(const BackwardCall& call);
@@ -102,7 +104,7 @@ class RecordedGraph {
   std::shared_ptr<const ValueSlots> slots_;
   std::vector<Tensor> values_;
   std::shared_ptr<MemoryBudget> budget_;
-  std::shared_ptr<autograd::CancellationToken> cancel_;
+  std::shared_ptr<CancellationToken> cancel_;
   Limits limits_;
   int64_t num_nodes_ = 0;
 };

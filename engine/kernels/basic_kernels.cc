@@ -93,8 +93,10 @@ void Fill(const Tensor& dst, double value) {
     const T v = Convert<T>(value);
     T* out = dst.data<T>();
     if (dst.is_contiguous()) {
-      const int64_t n = dst.numel();
-      for (int64_t i = 0; i < n; ++i) out[i] = v;
+      WorkMeter meter;
+      ForEachBlock(dst.numel(), meter, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) out[i] = v;
+      });
     } else {
       ForEachStrided2(dst.shape(), dst.strides(), dst.strides(),
                       [&](int64_t o, int64_t) { out[o] = v; });
@@ -132,7 +134,13 @@ void CopyInto(const Tensor& dst, const Tensor& src) {
     return;
   }
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
-    if (dst.nbytes() > 0) std::memcpy(dst.raw_data(), src.raw_data(), dst.nbytes());
+    char* const to = static_cast<char*>(dst.raw_data());
+    const char* const from = static_cast<const char*>(src.raw_data());
+    const int64_t element = static_cast<int64_t>(ElementSize(dst.dtype()));
+    WorkMeter meter;
+    ForEachBlock(dst.numel(), meter, [&](int64_t begin, int64_t end) {
+      std::memcpy(to + begin * element, from + begin * element, (end - begin) * element);
+    });
     return;
   }
   DispatchDType(dst.dtype(), [&](auto dtag) {
@@ -175,8 +183,10 @@ void AccumulateInto(const Tensor& dst, const Tensor& src) {
       T* out = dst.data<T>();
       const T* in = src.data<T>();
       if (dst.is_contiguous() && src.is_contiguous()) {
-        const int64_t n = dst.numel();
-        for (int64_t i = 0; i < n; ++i) out[i] += in[i];
+        WorkMeter meter;
+        ForEachBlock(dst.numel(), meter, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) out[i] += in[i];
+        });
       } else {
         ForEachStrided2(dst.shape(), dst.strides(), src.strides(),
                         [&](int64_t o, int64_t i) { out[o] += in[i]; });
@@ -213,8 +223,10 @@ Tensor AddSameShape(const Tensor& a, const Tensor& b) {
       const T* x = a.data<T>();
       const T* y = b.data<T>();
       T* o = out.data<T>();
-      const int64_t n = a.numel();
-      for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+      WorkMeter meter;
+      ForEachBlock(a.numel(), meter, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) o[i] = x[i] + y[i];
+      });
     }
   });
   return out;

@@ -5,7 +5,9 @@
 // asynchronous kernels on the tensor's current stream, through MapKernel and ReduceKernel of
 // engine/kernels/op_kernels.h); CopyInto also moves bytes between devices through their backends.
 // They record no autograd history.
-// Errors: StatusError(INVALID_ARGUMENT) for mismatched shapes or dtypes.
+// Errors: StatusError(INVALID_ARGUMENT) for mismatched shapes or dtypes. On the host they check
+// the current cancellation token between blocks of a big tensor (Note [Stopping a running op]
+// in engine/util/cancellation.h) and throw its status, leaving dst partly written.
 
 #ifndef GRADSERVE_ENGINE_KERNELS_BASIC_KERNELS_H_
 #define GRADSERVE_ENGINE_KERNELS_BASIC_KERNELS_H_
@@ -13,6 +15,7 @@
 #include <cstdint>
 
 #include "engine/tensor/tensor.h"
+#include "engine/util/cancellation.h"
 
 namespace gradserve {
 
@@ -42,6 +45,8 @@ bool HasNaN(const Tensor& t);
 
 // Calls fn(offset_a, offset_b) for each element in row-major order of `shape`, where the
 // offsets are in elements along strides_a and strides_b. The strided walk every kernel shares.
+// Checks the current cancellation token between blocks of elements (Note [Stopping a running
+// op]): may throw StatusError(CANCELLED or DEADLINE_EXCEEDED) with the walk half done.
 template <typename Fn>
 void ForEachStrided2(absl::Span<const int64_t> shape, absl::Span<const int64_t> strides_a,
                      absl::Span<const int64_t> strides_b, Fn&& fn) {
@@ -57,8 +62,11 @@ void ForEachStrided2(absl::Span<const int64_t> shape, absl::Span<const int64_t> 
   int64_t off_a = 0, off_b = 0;
   const int64_t inner = shape[rank - 1];
   const int64_t inner_a = strides_a[rank - 1], inner_b = strides_b[rank - 1];
+  WorkMeter meter;
   while (true) {
-    for (int64_t i = 0; i < inner; ++i) fn(off_a + i * inner_a, off_b + i * inner_b);
+    ForEachBlock(inner, meter, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) fn(off_a + i * inner_a, off_b + i * inner_b);
+    });
     int64_t d = rank - 2;
     for (; d >= 0; --d) {
       if (++index[d] < shape[d]) {

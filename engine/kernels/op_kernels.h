@@ -45,6 +45,8 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/types/span.h"
 #include "engine/tensor/tensor.h"
+#include "engine/tensor/working_buffer.h"
+#include "engine/util/cancellation.h"
 #include "engine/util/host_device.h"
 
 namespace gradserve::ops {
@@ -188,8 +190,11 @@ void MapKernelImpl(const Tensor& out, Fn& fn, std::index_sequence<I...>, TensorR
   OutT* const o = out.data<OutT>();
   const std::tuple<const InTs*...> in{ins.template data<InTs>()...};
   const int64_t n = out.numel();
+  WorkMeter meter;  // Note [Stopping a running op]
   if (((ins.numel() == n && ins.is_contiguous()) && ...)) {
-    for (int64_t i = 0; i < n; ++i) o[i] = fn(std::get<I>(in)[i]...);
+    ForEachBlock(n, meter, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) o[i] = fn(std::get<I>(in)[i]...);
+    });
     return;
   }
   constexpr size_t N = 1 + sizeof...(InTs);
@@ -203,11 +208,15 @@ void MapKernelImpl(const Tensor& out, Fn& fn, std::index_sequence<I...>, TensorR
         OutT* const row = o + off[0];
         const std::tuple<const InTs*...> rows{std::get<I>(in) + off[I + 1]...};
         if (step[0] == 1 && ((step[I + 1] == 1) && ...)) {
-          for (int64_t j = 0; j < count; ++j) row[j] = fn(std::get<I>(rows)[j]...);
+          ForEachBlock(count, meter, [&](int64_t begin, int64_t end) {
+            for (int64_t j = begin; j < end; ++j) row[j] = fn(std::get<I>(rows)[j]...);
+          });
         } else {
-          for (int64_t j = 0; j < count; ++j) {
-            row[j * step[0]] = fn(std::get<I>(rows)[j * step[I + 1]]...);
-          }
+          ForEachBlock(count, meter, [&](int64_t begin, int64_t end) {
+            for (int64_t j = begin; j < end; ++j) {
+              row[j * step[0]] = fn(std::get<I>(rows)[j * step[I + 1]]...);
+            }
+          });
         }
       });
 }
@@ -217,7 +226,9 @@ void MapKernelImpl(const Tensor& out, Fn& fn, std::index_sequence<I...>, TensorR
 // matching its dtype) broadcasts to out's shape. out must be contiguous and either freshly
 // allocated or an input of out's shape (each element is read before it is written, at the same
 // index); all tensors on one device. See Note [Elementwise kernels] and
-// Note [Kernels for every device].
+// Note [Kernels for every device]. On the host it checks the current cancellation token between
+// blocks of elements (Note [Stopping a running op] in engine/util/cancellation.h) and may throw
+// its status with out partly written.
 template <typename OutT, typename... InTs, typename Fn>
 void MapKernel(const Tensor& out, Fn&& fn, internal::TensorRef<InTs>... ins) {
   internal::MapKernelImpl<OutT, InTs...>(out, fn, std::index_sequence_for<InTs...>{}, ins...);
@@ -244,22 +255,32 @@ Strides ReducedOutputStrides(absl::Span<const int64_t> input_shape, absl::Span<c
 inline constexpr int64_t kReduceLanes = 8;
 
 // combine(acc, x) over the count elements x of a row at row[j * step], in lanes (Note
-// [Reducing a row in lanes]). init is the reduction's identity, which starts each lane.
+// [Reducing a row in lanes]). init is the reduction's identity, which starts each lane. The
+// elements are counted in meter, which checks the current token between blocks of a long row
+// (Note [Stopping a running op]); the blocks are whole groups of lanes, so the order of the
+// combines is the same as without them.
 template <typename AccT, typename T, typename Combine>
-AccT ReduceRow(AccT acc, const T* row, int64_t step, int64_t count, AccT init, Combine& combine) {
+AccT ReduceRow(AccT acc, const T* row, int64_t step, int64_t count, AccT init, Combine& combine,
+               WorkMeter& meter) {
   if (count < 2 * kReduceLanes) {
     for (int64_t j = 0; j < count; ++j) acc = combine(acc, row[j * step]);
+    meter.Add(count);
     return acc;
   }
   std::array<AccT, kReduceLanes> lanes;
   lanes.fill(init);
-  int64_t j = 0;
-  for (; j + kReduceLanes <= count; j += kReduceLanes) {
-    for (int64_t l = 0; l < kReduceLanes; ++l) {
-      lanes[l] = combine(lanes[l], row[(j + l) * step]);
+  static_assert(kWorkPerCheck % kReduceLanes == 0, "blocks must be whole groups of lanes");
+  const int64_t grouped = count - count % kReduceLanes;
+  ForEachBlock(grouped, meter, [&](int64_t begin, int64_t end) {
+    for (int64_t j = begin; j < end; j += kReduceLanes) {
+      for (int64_t l = 0; l < kReduceLanes; ++l) {
+        lanes[l] = combine(lanes[l], row[(j + l) * step]);
+      }
     }
+  });
+  for (int64_t j = grouped, l = 0; j < count; ++j, ++l) {
+    lanes[l] = combine(lanes[l], row[j * step]);
   }
-  for (int64_t l = 0; j < count; ++j, ++l) lanes[l] = combine(lanes[l], row[j * step]);
   for (int64_t width = kReduceLanes / 2; width > 0; width /= 2) {
     for (int64_t l = 0; l < width; ++l) lanes[l] = combine(lanes[l], lanes[l + width]);
   }
@@ -269,7 +290,8 @@ AccT ReduceRow(AccT acc, const T* row, int64_t step, int64_t count, AccT init, C
 // For each element of the contiguous out: acc = init, then acc = combine(acc, x) over the input
 // elements that reduce into it (`reduced` marks the reduced dims of input), then
 // out = finalize(acc). T is the input's element type, OutT the output's; AccT the
-// accumulator's (double for float32 sums, which keeps them accurate).
+// accumulator's (double for float32 sums, which keeps them accurate). On the host it checks the
+// current cancellation token between blocks of elements, as MapKernel does.
 template <typename T, typename AccT, typename OutT, typename Combine, typename Finalize>
 void ReduceKernel(const Tensor& input, absl::Span<const bool> reduced, const Tensor& out, AccT init,
                   Combine&& combine, Finalize&& finalize) {
@@ -283,16 +305,20 @@ void ReduceKernel(const Tensor& input, absl::Span<const bool> reduced, const Ten
   }
   const int64_t n_out = out.numel();
   OutT* const o = out.data<OutT>();
-  // Accumulate in out itself when it has the accumulator's type.
-  std::vector<AccT> buffer;
+  // Accumulate in out itself when it has the accumulator's type; otherwise in a buffer charged
+  // to the request's budget (Note [Working buffers]).
+  WorkingBuffer<AccT> buffer;
   AccT* a;
   if constexpr (std::is_same_v<AccT, OutT>) {
     a = o;
   } else {
-    buffer.resize(static_cast<size_t>(n_out));
+    buffer = WorkingBuffer<AccT>(n_out);
     a = buffer.data();
   }
-  for (int64_t i = 0; i < n_out; ++i) a[i] = init;
+  WorkMeter meter;  // Note [Stopping a running op]
+  ForEachBlock(n_out, meter, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) a[i] = init;
+  });
   const Strides acc_strides = ReducedOutputStrides(input.shape(), reduced);
   const T* const in = input.data<T>();
   ForEachRow<2>(
@@ -300,15 +326,19 @@ void ReduceKernel(const Tensor& input, absl::Span<const bool> reduced, const Ten
       [&](const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& step, int64_t count) {
         const T* const row = in + off[1];
         if (step[0] == 0) {
-          a[off[0]] = ReduceRow(a[off[0]], row, step[1], count, init, combine);
+          a[off[0]] = ReduceRow(a[off[0]], row, step[1], count, init, combine, meter);
         } else {
-          for (int64_t j = 0; j < count; ++j) {
-            AccT& r = a[off[0] + j * step[0]];
-            r = combine(r, row[j * step[1]]);
-          }
+          ForEachBlock(count, meter, [&](int64_t begin, int64_t end) {
+            for (int64_t j = begin; j < end; ++j) {
+              AccT& r = a[off[0] + j * step[0]];
+              r = combine(r, row[j * step[1]]);
+            }
+          });
         }
       });
-  for (int64_t i = 0; i < n_out; ++i) o[i] = finalize(a[i]);
+  ForEachBlock(n_out, meter, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) o[i] = finalize(a[i]);
+  });
 }
 
 }  // namespace gradserve::ops

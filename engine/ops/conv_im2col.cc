@@ -3,7 +3,9 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "engine/autograd/node.h"
@@ -37,12 +39,14 @@ int64_t OutputSize(int64_t in, int64_t kernel, int64_t stride, int64_t pad, int6
   return (padded - span) / stride + 1;
 }
 
-// Runs fn(cols_row, image_row_or_null, ow_begin, ow_end, w_start) for every (row of cols, output
-// row oh): the output positions ow in [ow_begin, ow_end) read image_row[w_start + ow * sW]; the
-// others (and the whole row when image_row is null) fall in the padding. The one walk im2col
-// and col2im share.
+// Runs fn(cols_row, image_row_or_null, ow_begin, ow_end, w_start, width) for every (row of
+// cols, output row oh): the output positions ow in [ow_begin, ow_end) of the width positions at
+// cols_row read image_row[w_start + ow * sW]; the others (and the whole row when image_row is
+// null) fall in the padding. The one walk im2col and col2im share. The work is counted in
+// meter (Note [Stopping a running op]); an output row longer than a block is walked in windows
+// of positions, each one call of fn.
 template <typename T, typename Fn>
-void ForEachColsRow(T* image, T* cols, const ConvGeometry& g, Fn&& fn) {
+void ForEachColsRow(T* image, T* cols, const ConvGeometry& g, WorkMeter& meter, Fn&& fn) {
   const auto& o = g.options;
   const int64_t positions = g.positions();
   for (int64_t c = 0; c < g.channels; ++c) {
@@ -61,7 +65,13 @@ void ForEachColsRow(T* image, T* cols, const ConvGeometry& g, Fn&& fn) {
         for (int64_t oh = 0; oh < g.out_h; ++oh) {
           const int64_t h = oh * o.stride[0] - o.padding[0] + i * o.dilation[0];
           T* image_row = (h >= 0 && h < g.height) ? image + (c * g.height + h) * g.width : nullptr;
-          fn(row + oh * g.out_w, image_row, ow_begin, ow_end, w_start);
+          T* out_row = row + oh * g.out_w;
+          // Positions [w0, w1) of the row; w0 * sW stays below the padded width.
+          ForEachBlock(g.out_w, meter, [&](int64_t w0, int64_t w1) {
+            const int64_t begin = std::clamp(ow_begin - w0, int64_t{0}, w1 - w0);
+            const int64_t end = std::clamp(ow_end - w0, begin, w1 - w0);
+            fn(out_row + w0, image_row, begin, end, w_start + w0 * o.stride[1], w1 - w0);
+          });
         }
       }
     }
@@ -147,34 +157,35 @@ ConvGeometry MakeConvGeometry(absl::Span<const int64_t> input_shape,
 }
 
 template <typename T>
-void Im2ColImage(const T* image, const ConvGeometry& g, T* cols) {
+void Im2ColImage(const T* image, const ConvGeometry& g, T* cols, WorkMeter& meter) {
   const int64_t sw = g.options.stride[1];
-  ForEachColsRow(const_cast<T*>(image), cols, g,
-                 [&](T* out, const T* in, int64_t begin, int64_t end, int64_t w_start) {
-                   if (in == nullptr) {
-                     std::fill(out, out + g.out_w, T(0));
-                     return;
-                   }
-                   std::fill(out, out + begin, T(0));
-                   for (int64_t ow = begin; ow < end; ++ow) out[ow] = in[w_start + ow * sw];
-                   std::fill(out + end, out + g.out_w, T(0));
-                 });
+  ForEachColsRow(
+      const_cast<T*>(image), cols, g, meter,
+      [&](T* out, const T* in, int64_t begin, int64_t end, int64_t w_start, int64_t width) {
+        if (in == nullptr) {
+          std::fill(out, out + width, T(0));
+          return;
+        }
+        std::fill(out, out + begin, T(0));
+        for (int64_t ow = begin; ow < end; ++ow) out[ow] = in[w_start + ow * sw];
+        std::fill(out + end, out + width, T(0));
+      });
 }
 
 template <typename T>
-void Col2ImAddImage(const T* cols, const ConvGeometry& g, T* image) {
+void Col2ImAddImage(const T* cols, const ConvGeometry& g, T* image, WorkMeter& meter) {
   const int64_t sw = g.options.stride[1];
-  ForEachColsRow(image, const_cast<T*>(cols), g,
-                 [&](const T* from, T* to, int64_t begin, int64_t end, int64_t w_start) {
+  ForEachColsRow(image, const_cast<T*>(cols), g, meter,
+                 [&](const T* from, T* to, int64_t begin, int64_t end, int64_t w_start, int64_t) {
                    if (to == nullptr) return;
                    for (int64_t ow = begin; ow < end; ++ow) to[w_start + ow * sw] += from[ow];
                  });
 }
 
-template void Im2ColImage<float>(const float*, const ConvGeometry&, float*);
-template void Im2ColImage<double>(const double*, const ConvGeometry&, double*);
-template void Col2ImAddImage<float>(const float*, const ConvGeometry&, float*);
-template void Col2ImAddImage<double>(const double*, const ConvGeometry&, double*);
+template void Im2ColImage<float>(const float*, const ConvGeometry&, float*, WorkMeter&);
+template void Im2ColImage<double>(const double*, const ConvGeometry&, double*, WorkMeter&);
+template void Col2ImAddImage<float>(const float*, const ConvGeometry&, float*, WorkMeter&);
+template void Col2ImAddImage<double>(const double*, const ConvGeometry&, double*, WorkMeter&);
 
 namespace {
 
@@ -183,8 +194,9 @@ void Im2ColCpu(const Tensor& x, const ConvGeometry& g, const Tensor& cols) {
   const int64_t cols_size = g.channels * g.kernel_h * g.kernel_w * g.positions();
   DispatchFloating(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    WorkMeter meter;
     for (int64_t n = 0; n < g.batch; ++n) {
-      Im2ColImage(x.data<T>() + n * image_size, g, cols.data<T>() + n * cols_size);
+      Im2ColImage(x.data<T>() + n * image_size, g, cols.data<T>() + n * cols_size, meter);
     }
   });
 }
@@ -194,8 +206,9 @@ void Col2ImCpu(const Tensor& cols, const ConvGeometry& g, const Tensor& image) {
   const int64_t cols_size = g.channels * g.kernel_h * g.kernel_w * g.positions();
   DispatchFloating(cols.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    WorkMeter meter;
     for (int64_t n = 0; n < g.batch; ++n) {
-      Col2ImAddImage(cols.data<T>() + n * cols_size, g, image.data<T>() + n * image_size);
+      Col2ImAddImage(cols.data<T>() + n * cols_size, g, image.data<T>() + n * image_size, meter);
     }
   });
 }
@@ -225,16 +238,12 @@ Tensor Col2Im(const Tensor& cols, const ConvGeometry& g) {
   return out;
 }
 
+namespace {
+
+// One BLAS call: C = alpha * op(A) @ op(B) + beta * C for m, n, k > 0.
 template <typename T>
-void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
-          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
-    }
-    return;
-  }
+void BlasGemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, T alpha,
+              const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   const CBLAS_TRANSPOSE ta = transpose_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = transpose_b ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>) {
@@ -244,9 +253,67 @@ void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, T
   }
 }
 
+// A tile's side: x (>= 1) capped at size, and rounded down to a multiple of 16 when that
+// leaves a remainder and x is at least 32 (whole micro-kernel blocks).
+int64_t TileSide(int64_t x, int64_t size) {
+  if (x >= size) return size;
+  return x >= 32 ? x / 16 * 16 : x;
+}
+
+}  // namespace
+
+template <typename T>
+void Gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc, WorkMeter& meter) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+      meter.Add(n);
+    }
+    return;
+  }
+  const double macs = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  if (macs <= static_cast<double>(kGemmTileMacs)) {
+    BlasGemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    meter.Add(1 + static_cast<int64_t>(macs) / kGemmMacsPerUnit);
+    return;
+  }
+  // Note [Matrix products in tiles]: tiles of bm x bn elements of C over bk of the inner dim.
+  const int64_t bk = std::min(k, kGemmMaxInner);
+  const int64_t cells = kGemmTileMacs / bk;  // >= 256
+  const int64_t side = static_cast<int64_t>(std::sqrt(static_cast<double>(cells)));
+  int64_t bm, bn;
+  if (m <= side) {
+    bm = m;
+    bn = TileSide(cells / m, n);
+  } else if (n <= side) {
+    bn = n;
+    bm = TileSide(cells / n, m);
+  } else {
+    bm = TileSide(side, m);
+    bn = TileSide(side, n);
+  }
+  // Element (i, p) of op(A) and (p, j) of op(B) as stored.
+  auto at_a = [&](int64_t i, int64_t p) { return transpose_a ? a + p * lda + i : a + i * lda + p; };
+  auto at_b = [&](int64_t p, int64_t j) { return transpose_b ? b + j * ldb + p : b + p * ldb + j; };
+  for (int64_t i = 0; i < m; i += bm) {
+    const int64_t rows = std::min(bm, m - i);
+    for (int64_t j = 0; j < n; j += bn) {
+      const int64_t cols = std::min(bn, n - j);
+      for (int64_t p = 0; p < k; p += bk) {
+        const int64_t inner = std::min(bk, k - p);
+        BlasGemm(transpose_a, transpose_b, rows, cols, inner, alpha, at_a(i, p), lda, at_b(p, j),
+                 ldb, p == 0 ? beta : T(1), c + i * ldc + j, ldc);
+        meter.Add(1 + rows * cols * inner / kGemmMacsPerUnit);
+      }
+    }
+  }
+}
+
 template void Gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
-                          const float*, int64_t, float, float*, int64_t);
+                          const float*, int64_t, float, float*, int64_t, WorkMeter&);
 template void Gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
-                           const double*, int64_t, double, double*, int64_t);
+                           const double*, int64_t, double, double*, int64_t, WorkMeter&);
 
 }  // namespace gradserve::ops

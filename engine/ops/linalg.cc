@@ -17,6 +17,7 @@
 #include "engine/ops/nn_kernels.h"
 #include "engine/ops/op_registry.h"
 #include "engine/ops/record.h"
+#include "engine/util/cancellation.h"
 
 namespace gradserve::ops {
 namespace {
@@ -58,9 +59,12 @@ void GemmBatchCpuTyped(const GemmBatch& g) {
   const T* const pb = static_cast<const T*>(g.b);
   T* const pc = static_cast<T*>(g.c);
   const T beta = g.beta_one ? T(1) : T(0);
+  // Note [Matrix products in tiles]: one meter over the batch, so that many small products
+  // are checked as one big one is.
+  WorkMeter meter;
   for (int64_t j = 0; j < g.count; ++j) {
     ops::Gemm<T>(g.ta, g.tb, g.m, g.n, g.k, T(1), pa + j * g.stride_a, g.lda, pb + j * g.stride_b,
-                 g.ldb, beta, pc + j * g.stride_c, g.ldc);
+                 g.ldb, beta, pc + j * g.stride_c, g.ldc, meter);
   }
 }
 
@@ -73,7 +77,9 @@ void GemmBatchCpu(const GemmBatch& g) {
 }
 
 // The integer product over any strides (BLAS has no integer gemm; no GPU kernel yet):
-// out [batch..., m, n] contiguous, a and b with their own strides, batch broadcast.
+// out [batch..., m, n] contiguous, a and b with their own strides, batch broadcast. Each
+// multiply-add counts as a unit of work, so the current token is checked every kWorkPerCheck
+// of them (Note [Stopping a running op]): a row of C goes in blocks of columns.
 void MatmulInt64Cpu(const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor& out) {
   using T = int64_t;
   const int64_t ra = a.dim(), rb = b.dim();
@@ -93,6 +99,9 @@ void MatmulInt64Cpu(const Tensor& a, const Tensor& b, bool ta, bool tb, const Te
   const int64_t bp = tb ? b_col : b_row, bj = tb ? b_row : b_col;
   const T* const pa = a.data<T>();
   const T* const pb = b.data<T>();
+  // Columns per block: about kWorkPerCheck multiply-adds (k > 0 of them per element of C).
+  const int64_t columns = std::max<int64_t>(1, kWorkPerCheck / k);
+  WorkMeter meter;
   ForEachRow<3>(
       batch, {absl::Span<const int64_t>(sa), sb, o_steps},
       [&](const std::array<int64_t, 3>& off, const std::array<int64_t, 3>& step, int64_t count) {
@@ -101,10 +110,14 @@ void MatmulInt64Cpu(const Tensor& a, const Tensor& b, bool ta, bool tb, const Te
           const T* y = pb + off[1] + t * step[1];
           T* z = po + off[2] + t * step[2];
           for (int64_t i = 0; i < m; ++i) {
-            for (int64_t j = 0; j < n; ++j) {
-              T acc = 0;
-              for (int64_t p = 0; p < k; ++p) acc += x[i * ai + p * ap] * y[p * bp + j * bj];
-              z[i * n + j] = acc;
+            for (int64_t begin = 0; begin < n; begin += columns) {
+              const int64_t end = std::min(n, begin + columns);
+              for (int64_t j = begin; j < end; ++j) {
+                T acc = 0;
+                for (int64_t p = 0; p < k; ++p) acc += x[i * ai + p * ap] * y[p * bp + j * bj];
+                z[i * n + j] = acc;
+              }
+              meter.Add((end - begin) * k);
             }
           }
         }

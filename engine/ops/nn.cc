@@ -19,6 +19,8 @@
 #include "engine/ops/reductions.h"
 #include "engine/ops/shape.h"
 #include "engine/ops/shape_common.h"
+#include "engine/tensor/working_buffer.h"
+#include "engine/util/cancellation.h"
 
 namespace gradserve::ops {
 namespace {
@@ -48,30 +50,42 @@ void ForEachRowAt(const DimSplit& s, Fn&& fn) {
   }
 }
 
+// Runs fn(k) for k in [0, count) in order, counting the work in meter, which checks the current
+// cancellation token between blocks of a long loop (Note [Stopping a running op]). For the
+// kernels' loops over a row; a row of a few elements pays a subtraction.
+template <typename Fn>
+void ForEachCounted(int64_t count, WorkMeter& meter, Fn&& fn) {
+  ForEachBlock(count, meter, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) fn(k);
+  });
+}
+
 // ---------------------------------------------------------------------------------------------
 // softmax and log_softmax.
 
 template <typename T>
 void SoftmaxKernel(const T* x, T* y, const DimSplit& s, bool log) {
   const int64_t step = s.inner;
+  WorkMeter meter;
   ForEachRowAt(s, [&](int64_t base) {
     const T* in = x + base;
     T* out = y + base;
     T max = -std::numeric_limits<T>::infinity();
-    for (int64_t k = 0; k < s.size; ++k) max = std::max(max, in[k * step]);
+    ForEachCounted(s.size, meter, [&](int64_t k) { max = std::max(max, in[k * step]); });
     // A row of -inf (or an empty row) has no finite maximum; shift by 0 so the result is NaN
     // or empty, as PyTorch's.
     if (!std::isfinite(max)) max = std::isnan(max) ? max : T(0);
     Acc total = 0;
-    for (int64_t k = 0; k < s.size; ++k) total += std::exp(static_cast<Acc>(in[k * step] - max));
+    ForEachCounted(s.size, meter,
+                   [&](int64_t k) { total += std::exp(static_cast<Acc>(in[k * step] - max)); });
     if (log) {
       const T shift = max + static_cast<T>(std::log(total));
-      for (int64_t k = 0; k < s.size; ++k) out[k * step] = in[k * step] - shift;
+      ForEachCounted(s.size, meter, [&](int64_t k) { out[k * step] = in[k * step] - shift; });
     } else {
       const Acc scale = 1 / total;
-      for (int64_t k = 0; k < s.size; ++k) {
+      ForEachCounted(s.size, meter, [&](int64_t k) {
         out[k * step] = static_cast<T>(std::exp(static_cast<Acc>(in[k * step] - max)) * scale);
-      }
+      });
     }
   });
 }
@@ -80,17 +94,18 @@ void SoftmaxKernel(const T* x, T* y, const DimSplit& s, bool log) {
 template <typename T>
 void SoftmaxBackwardKernel(const T* y, const T* g, T* gx, const DimSplit& s, bool log) {
   const int64_t step = s.inner;
+  WorkMeter meter;
   ForEachRowAt(s, [&](int64_t base) {
     Acc total = 0;
-    for (int64_t k = 0; k < s.size; ++k) {
+    ForEachCounted(s.size, meter, [&](int64_t k) {
       const int64_t at = base + k * step;
       total += log ? static_cast<Acc>(g[at]) : static_cast<Acc>(g[at]) * y[at];
-    }
+    });
     const T t = static_cast<T>(total);
-    for (int64_t k = 0; k < s.size; ++k) {
+    ForEachCounted(s.size, meter, [&](int64_t k) {
       const int64_t at = base + k * step;
       gx[at] = log ? g[at] - std::exp(y[at]) * t : y[at] * (g[at] - t);
-    }
+    });
   });
 }
 
@@ -235,6 +250,7 @@ NllWeights MakeNllWeights(const Tensor& target, const Tensor& class_weight, DTyp
   const Device here = on_gpu ? kCPU : device;
   const int64_t n = t.numel();
   const int64_t* tv = t.data<int64_t>();
+  WorkMeter meter;
   NllWeights w;
   w.weight = Tensor::Empty(target.shape(), dtype, here);
   w.safe_target = Tensor::Empty(target.shape(), DType::kInt64, here);
@@ -247,20 +263,20 @@ NllWeights MakeNllWeights(const Tensor& target, const Tensor& class_weight, DTyp
     const T* cwv = cw.defined() ? cw.data<T>() : nullptr;
     T* wv = w.weight.data<T>();
     T* kv = with_kept ? w.kept.data<T>() : nullptr;
-    for (int64_t i = 0; i < n; ++i) {
+    ForEachCounted(n, meter, [&](int64_t i) {
       const bool ignored = tv[i] == ignore_index;
       sv[i] = ignored ? 0 : tv[i];
       wv[i] = ignored ? T(0) : cwv != nullptr ? cwv[tv[i]] : T(1);
       if (kv != nullptr) kv[i] = ignored ? T(0) : T(1);
       w.count += !ignored;
       w.total += static_cast<double>(wv[i]);
-    }
+    });
     // "mean" divides by total; 0 / 0 is NaN, as PyTorch's (a total of 0 with positions kept
     // makes their weights NaN; with none kept, the kernels give NaN).
     if (reduction == Reduction::kMean) {
-      for (int64_t i = 0; i < n; ++i) {
+      ForEachCounted(n, meter, [&](int64_t i) {
         if (tv[i] != ignore_index) wv[i] = static_cast<T>(static_cast<double>(wv[i]) / w.total);
-      }
+      });
     }
   });
   if (on_gpu) {
@@ -326,8 +342,9 @@ void NllLossCpu(const Tensor& x, const Tensor& weight, const Tensor& target, int
     const int64_t* tv = target.data<int64_t>();
     T* ov = out.data<T>();
     Acc total = 0;
+    WorkMeter meter;
     for (int64_t n = 0; n < s.outer; ++n) {
-      for (int64_t i = 0; i < s.inner; ++i) {
+      ForEachCounted(s.inner, meter, [&](int64_t i) {
         const int64_t p = n * s.inner + i;
         const T v = tv[p] == ignore_index ? T(0) : -xv[(n * s.size + tv[p]) * s.inner + i] * wv[p];
         if (reduction == Reduction::kNone) {
@@ -335,7 +352,7 @@ void NllLossCpu(const Tensor& x, const Tensor& weight, const Tensor& target, int
         } else {
           total += v;
         }
-      }
+      });
     }
     // "mean" over no positions is 0/0, NaN, as PyTorch's.
     if (reduction == Reduction::kMean && count == 0) total = std::nan("");
@@ -379,10 +396,10 @@ void MseLossBackwardCpu(const Tensor& x, const Tensor& t, const Tensor& g, doubl
     using T = decltype(tag);
     const T *xv = x.data<T>(), *tv = t.data<T>(), *gv = g.data<T>();
     T* out = gx.data<T>();
-    const int64_t n = x.numel();
-    for (int64_t i = 0; i < n; ++i) {
+    WorkMeter meter;
+    ForEachCounted(x.numel(), meter, [&](int64_t i) {
       out[i] = static_cast<T>(scale) * (xv[i] - tv[i]) * gv[per_element ? i : 0];
-    }
+    });
   });
 }
 
@@ -393,14 +410,15 @@ void MseLossCpu(const Tensor& x, const Tensor& t, Reduction reduction, const Ten
     T* ov = out.data<T>();
     const int64_t n = x.numel();
     Acc total = 0;
-    for (int64_t i = 0; i < n; ++i) {
+    WorkMeter meter;
+    ForEachCounted(n, meter, [&](int64_t i) {
       const T d = xv[i] - tv[i];
       if (reduction == Reduction::kNone) {
         ov[i] = d * d;
       } else {
         total += static_cast<Acc>(d) * d;
       }
-    }
+    });
     if (reduction == Reduction::kMean) total /= static_cast<Acc>(n);
     if (reduction != Reduction::kNone) ov[0] = static_cast<T>(total);
   });
@@ -498,21 +516,22 @@ void RecordAsOneFunction(TensorList& grads, autograd::TensorRefs inputs, const c
 template <typename T>
 void LayerNormKernel(const T* x, const T* weight, const T* bias, int64_t rows, int64_t cols,
                      double eps, T* y, T* mean_out, T* rstd_out) {
+  WorkMeter meter;
   for (int64_t r = 0; r < rows; ++r) {
     const T* in = x + r * cols;
     T* out = y + r * cols;
     Acc total = 0;
-    for (int64_t c = 0; c < cols; ++c) total += in[c];
+    ForEachCounted(cols, meter, [&](int64_t c) { total += in[c]; });
     const Acc mean = total / static_cast<Acc>(cols);
     Acc squares = 0;
-    for (int64_t c = 0; c < cols; ++c) squares += (in[c] - mean) * (in[c] - mean);
+    ForEachCounted(cols, meter, [&](int64_t c) { squares += (in[c] - mean) * (in[c] - mean); });
     const Acc rstd = 1 / std::sqrt(squares / static_cast<Acc>(cols) + eps);
-    for (int64_t c = 0; c < cols; ++c) {
+    ForEachCounted(cols, meter, [&](int64_t c) {
       T v = static_cast<T>((in[c] - mean) * rstd);
       if (weight != nullptr) v *= weight[c];
       if (bias != nullptr) v += bias[c];
       out[c] = v;
-    }
+    });
     mean_out[r] = static_cast<T>(mean);
     rstd_out[r] = static_cast<T>(rstd);
   }
@@ -524,30 +543,32 @@ void LayerNormKernel(const T* x, const T* weight, const T* bias, int64_t rows, i
 template <typename T>
 void LayerNormBackwardKernel(const T* x, const T* g, const T* weight, const T* mean, const T* rstd,
                              int64_t rows, int64_t cols, T* gx, T* gw, T* gb) {
-  std::vector<Acc> gw_acc(gw != nullptr ? cols : 0, 0), gb_acc(gb != nullptr ? cols : 0, 0);
+  // Note [Working buffers]: sized by the client's normalized shape.
+  WorkingBuffer<Acc> gw_acc(gw != nullptr ? cols : 0, 0), gb_acc(gb != nullptr ? cols : 0, 0);
+  WorkMeter meter;
   for (int64_t r = 0; r < rows; ++r) {
     const T* in = x + r * cols;
     const T* gr = g + r * cols;
     const Acc m = mean[r], s = rstd[r];
     Acc sum_gy = 0, sum_gy_xhat = 0;
-    for (int64_t c = 0; c < cols; ++c) {
+    ForEachCounted(cols, meter, [&](int64_t c) {
       const Acc xhat = (in[c] - m) * s;
       const Acc gy = weight != nullptr ? static_cast<Acc>(gr[c]) * weight[c] : gr[c];
       sum_gy += gy;
       sum_gy_xhat += gy * xhat;
       if (gw != nullptr) gw_acc[c] += gr[c] * xhat;
       if (gb != nullptr) gb_acc[c] += gr[c];
-    }
+    });
     if (gx == nullptr) continue;
     const Acc a = sum_gy / cols, b = sum_gy_xhat / cols;
-    for (int64_t c = 0; c < cols; ++c) {
+    ForEachCounted(cols, meter, [&](int64_t c) {
       const Acc xhat = (in[c] - m) * s;
       const Acc gy = weight != nullptr ? static_cast<Acc>(gr[c]) * weight[c] : gr[c];
       gx[r * cols + c] = static_cast<T>(s * (gy - a - xhat * b));
-    }
+    });
   }
-  for (int64_t c = 0; c < static_cast<int64_t>(gw_acc.size()); ++c) gw[c] = gw_acc[c];
-  for (int64_t c = 0; c < static_cast<int64_t>(gb_acc.size()); ++c) gb[c] = gb_acc[c];
+  for (int64_t c = 0; c < gw_acc.size(); ++c) gw[c] = gw_acc[c];
+  for (int64_t c = 0; c < gb_acc.size(); ++c) gb[c] = gb_acc[c];
 }
 
 void LayerNormCpu(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows,
@@ -682,19 +703,21 @@ void Conv2dKernel(const T* x, const T* w, const T* bias, const ConvGeometry& g, 
   const int64_t groups = g.groups(), rows = g.group_rows(), positions = g.positions();
   const int64_t out_per_group = g.out_channels / groups;
   const int64_t image_size = g.channels * g.height * g.width;
-  std::vector<T> cols(static_cast<size_t>(rows * groups * positions));
+  // Note [Working buffers]: one image's columns, charged before they are allocated.
+  WorkingBuffer<T> cols(rows * groups * positions);
+  WorkMeter meter;  // Note [Stopping a running op]: im2col, each tile of the gemms, the bias
   for (int64_t n = 0; n < g.batch; ++n) {
-    Im2ColImage(x + n * image_size, g, cols.data());
+    Im2ColImage(x + n * image_size, g, cols.data(), meter);
     T* out_n = out + n * g.out_channels * positions;
     for (int64_t k = 0; k < groups; ++k) {
       Gemm<T>(false, false, out_per_group, positions, rows, T(1), w + k * out_per_group * rows,
               rows, cols.data() + k * rows * positions, positions, T(0),
-              out_n + k * out_per_group * positions, positions);
+              out_n + k * out_per_group * positions, positions, meter);
     }
     if (bias == nullptr) continue;
     for (int64_t o = 0; o < g.out_channels; ++o) {
       T* row = out_n + o * positions;
-      for (int64_t p = 0; p < positions; ++p) row[p] += bias[o];
+      ForEachCounted(positions, meter, [&](int64_t p) { row[p] += bias[o]; });
     }
   }
 }
@@ -707,29 +730,31 @@ void Conv2dBackwardKernel(const T* x, const T* w, const T* grad, const ConvGeome
   const int64_t groups = g.groups(), rows = g.group_rows(), positions = g.positions();
   const int64_t out_per_group = g.out_channels / groups;
   const int64_t image_size = g.channels * g.height * g.width;
-  std::vector<T> cols(static_cast<size_t>(rows * groups * positions));
+  // Note [Working buffers]: one image's columns, charged before they are allocated.
+  WorkingBuffer<T> cols(rows * groups * positions);
+  WorkMeter meter;  // Note [Stopping a running op]
   for (int64_t n = 0; n < g.batch; ++n) {
     const T* g_n = grad + n * g.out_channels * positions;
     if (gw != nullptr) {
-      Im2ColImage(x + n * image_size, g, cols.data());
+      Im2ColImage(x + n * image_size, g, cols.data(), meter);
       for (int64_t k = 0; k < groups; ++k) {
         Gemm<T>(false, true, out_per_group, rows, positions, T(1),
                 g_n + k * out_per_group * positions, positions, cols.data() + k * rows * positions,
-                positions, T(1), gw + k * out_per_group * rows, rows);
+                positions, T(1), gw + k * out_per_group * rows, rows, meter);
       }
     }
     if (gx != nullptr) {
       for (int64_t k = 0; k < groups; ++k) {
         Gemm<T>(true, false, rows, positions, out_per_group, T(1), w + k * out_per_group * rows,
                 rows, g_n + k * out_per_group * positions, positions, T(0),
-                cols.data() + k * rows * positions, positions);
+                cols.data() + k * rows * positions, positions, meter);
       }
-      Col2ImAddImage(cols.data(), g, gx + n * image_size);
+      Col2ImAddImage(cols.data(), g, gx + n * image_size, meter);
     }
     if (gb != nullptr) {
       for (int64_t o = 0; o < g.out_channels; ++o) {
         Acc total = 0;
-        for (int64_t p = 0; p < positions; ++p) total += g_n[o * positions + p];
+        ForEachCounted(positions, meter, [&](int64_t p) { total += g_n[o * positions + p]; });
         gb[o] += static_cast<T>(total);
       }
     }

@@ -15,6 +15,7 @@
 #include "engine/ops/record.h"
 #include "engine/ops/shape_common.h"
 #include "engine/ops/shape_kernels.h"
+#include "engine/util/cancellation.h"
 
 namespace gradserve::ops {
 namespace {
@@ -400,14 +401,20 @@ void IndexSelectCpu(const Tensor& out, const Tensor& in, const Tensor& index,
   const char* src = static_cast<const char*>(in.raw_data());
   char* dst = static_cast<char*>(out.raw_data());
   const int64_t* iv = index.data<int64_t>();
+  const int64_t element = static_cast<int64_t>(ElementSize(in.dtype()));
+  WorkMeter meter;  // Note [Stopping a running op]: rows, and blocks of a long row
   for (int64_t o = 0; o < g.outer; ++o) {
     for (int64_t j = 0; j < g.n; ++j) {
       char* row = dst + (o * g.n + j) * row_bytes;
-      if (g.has_skip && iv[j] == g.skip) {
-        std::memset(row, 0, row_bytes);
-      } else {
-        std::memcpy(row, src + (o * g.size + iv[j]) * row_bytes, row_bytes);
-      }
+      const bool skip = g.has_skip && iv[j] == g.skip;
+      const char* from = skip ? nullptr : src + (o * g.size + iv[j]) * row_bytes;
+      ForEachBlock(g.inner, meter, [&](int64_t begin, int64_t end) {
+        if (skip) {
+          std::memset(row + begin * element, 0, (end - begin) * element);
+        } else {
+          std::memcpy(row + begin * element, from + begin * element, (end - begin) * element);
+        }
+      });
     }
   }
 }
@@ -419,12 +426,18 @@ void IndexAddCpu(const Tensor& dst, const Tensor& src, const Tensor& index,
     using T = decltype(tag);
     T* out = dst.data<T>();
     const T* in = src.data<T>();
+    WorkMeter meter;  // Note [Stopping a running op]
     for (int64_t o = 0; o < g.outer; ++o) {
       for (int64_t j = 0; j < g.n; ++j) {
-        if (g.has_skip && iv[j] == g.skip) continue;
+        if (g.has_skip && iv[j] == g.skip) {
+          meter.Add(1);
+          continue;
+        }
         T* to = out + (o * g.size + iv[j]) * g.inner;
         const T* from = in + (o * g.n + j) * g.inner;
-        for (int64_t k = 0; k < g.inner; ++k) to[k] += from[k];
+        ForEachBlock(g.inner, meter, [&](int64_t begin, int64_t end) {
+          for (int64_t k = begin; k < end; ++k) to[k] += from[k];
+        });
       }
     }
   });

@@ -8,6 +8,8 @@ namespace {
 const std::shared_ptr<MemoryBudget> kNoBudget;
 // Points at the current budget's owner (a scope, or a borrowed shared_ptr); never null.
 thread_local const std::shared_ptr<MemoryBudget>* current_budget = &kNoBudget;
+// OutputNamesScope's names; null if none.
+thread_local const std::vector<std::string>* current_output_names = nullptr;
 }  // namespace
 
 absl::Status MemoryBudget::TryCharge(int64_t bytes) {
@@ -60,5 +62,14 @@ MemoryBudgetScope::MemoryBudgetScope(const std::shared_ptr<MemoryBudget>* budget
 }
 
 MemoryBudgetScope::~MemoryBudgetScope() { current_budget = previous_; }
+
+OutputNamesScope::OutputNamesScope(const std::vector<std::string>* names)
+    : previous_(current_output_names) {
+  current_output_names = names;
+}
+
+OutputNamesScope::~OutputNamesScope() { current_output_names = previous_; }
+
+const std::vector<std::string>* OutputNamesScope::Current() { return current_output_names; }
 
 }  // namespace gradserve

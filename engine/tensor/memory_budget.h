@@ -1,4 +1,4 @@
-// Per-request accounting of tensor memory.
+// Per-request accounting of tensor memory, and the request's bound on the size of one tensor.
 //
 // Note [Memory budget]
 // Every Storage charges its bytes to the MemoryBudget current on the thread that allocates it and
@@ -6,7 +6,8 @@
 // installs it (MemoryBudgetScope) around the forward pass; the Engine installs the GraphTask's
 // budget around each node it evaluates, on whatever thread that is. A charge over the limit
 // throws StatusError(RESOURCE_EXHAUSTED) before the memory is taken, so no client can make the
-// server allocate without bound.
+// server allocate without bound. The kernels' working buffers are charged the same way (Note
+// [Working buffers], working_buffer.h).
 //
 // Note [Budgets within a budget]
 // A budget may have a parent, which every charge and release also reaches: the server makes one
@@ -16,6 +17,18 @@
 // once, and the error names whichever limit it passed. What is not a tensor but holds memory
 // for a request (an upload's buffered bytes, a response being serialized) is charged with a
 // MemoryReservation.
+//
+// Note [Tensors over max_tensor_elements]
+// The budget also carries the request's max_tensor_elements, so that the limit is wherever the
+// budget is: Tensor::Empty refuses a tensor with more elements with RESOURCE_EXHAUSTED naming
+// max_tensor_elements before it allocates anything, inside whichever op asked for it, in the
+// forward pass and in the backward alike. So no op allocates or computes a result that is then
+// refused (the interpreter checked outputs after the op ran, and a 2 GiB result was computed
+// for seconds first). Views allocate nothing and are checked by the interpreter after the op.
+// The message names the tensor by the op outputs the thread is computing, which the
+// interpreter sets per op (OutputNamesScope): "output 'h' float32[65536, 65536] on cpu has
+// 4294967296 elements, over the limit of 268435456 (max_tensor_elements)"; the interpreter then
+// adds the op, as to any error of the op.
 
 #ifndef GRADSERVE_ENGINE_TENSOR_MEMORY_BUDGET_H_
 #define GRADSERVE_ENGINE_TENSOR_MEMORY_BUDGET_H_
@@ -26,6 +39,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -34,12 +48,17 @@ namespace gradserve {
 // Thread safety: all methods may be called from any thread at once.
 class MemoryBudget {
  public:
-  explicit MemoryBudget(int64_t limit_bytes = std::numeric_limits<int64_t>::max())
-      : limit_(limit_bytes) {}
+  explicit MemoryBudget(int64_t limit_bytes = std::numeric_limits<int64_t>::max(),
+                        int64_t max_tensor_elements = std::numeric_limits<int64_t>::max())
+      : limit_(limit_bytes), max_tensor_elements_(max_tensor_elements) {}
   // A budget within parent (Note [Budgets within a budget]); `what` names the limit in errors,
   // e.g. "server memory limit (--max_server_memory_bytes)". parent may be null.
-  MemoryBudget(int64_t limit_bytes, std::shared_ptr<MemoryBudget> parent, std::string what)
-      : limit_(limit_bytes), parent_(std::move(parent)), what_(std::move(what)) {}
+  MemoryBudget(int64_t limit_bytes, std::shared_ptr<MemoryBudget> parent, std::string what,
+               int64_t max_tensor_elements = std::numeric_limits<int64_t>::max())
+      : limit_(limit_bytes),
+        max_tensor_elements_(max_tensor_elements),
+        parent_(std::move(parent)),
+        what_(std::move(what)) {}
 
   // Adds bytes here and to every parent, or throws RESOURCE_EXHAUSTED naming the limit it would
   // pass (and adds nothing anywhere).
@@ -55,9 +74,13 @@ class MemoryBudget {
   int64_t peak() const { return peak_.load(std::memory_order_relaxed); }
   int64_t limit() const { return limit_; }
   const std::shared_ptr<MemoryBudget>& parent() const { return parent_; }
+  // The most elements one tensor made under this budget may have (Note [Tensors over
+  // max_tensor_elements]).
+  int64_t max_tensor_elements() const { return max_tensor_elements_; }
 
  private:
   const int64_t limit_;
+  const int64_t max_tensor_elements_;
   const std::shared_ptr<MemoryBudget> parent_;
   const std::string what_ = "request memory limit";
   std::atomic<int64_t> used_{0};
@@ -114,6 +137,23 @@ class MemoryBudgetScope {
  private:
   std::shared_ptr<MemoryBudget> owned_;
   const std::shared_ptr<MemoryBudget>* previous_;
+};
+
+// Names, in the errors of tensors over max_tensor_elements (Note [Tensors over
+// max_tensor_elements]), the op outputs this thread is computing, for the scope's lifetime;
+// then restores the previous names. Borrows names (null: none), which must outlive the scope.
+class OutputNamesScope {
+ public:
+  explicit OutputNamesScope(const std::vector<std::string>* names);
+  ~OutputNamesScope();
+  OutputNamesScope(const OutputNamesScope&) = delete;
+  OutputNamesScope& operator=(const OutputNamesScope&) = delete;
+
+  // The names of the innermost scope on this thread; null if none.
+  static const std::vector<std::string>* Current();
+
+ private:
+  const std::vector<std::string>* const previous_;
 };
 
 }  // namespace gradserve

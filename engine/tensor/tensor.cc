@@ -2,8 +2,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/device/device_registry.h"
 #include "engine/tensor/tensor_kernels.h"
 
@@ -23,6 +26,21 @@ const TensorKernels& Kernels() {
 
 void Fill(const Tensor& dst, double value) { Kernels().fill(dst, value); }
 void CopyInto(const Tensor& dst, const Tensor& src) { Kernels().copy(dst, src); }
+
+// Note [Tensors over max_tensor_elements]: the refusal, naming the outputs being computed.
+[[noreturn]] void ThrowOverMaxTensorElements(absl::Span<const int64_t> shape, DType dtype,
+                                             Device device, int64_t numel, int64_t limit) {
+  std::string what = "a tensor ";
+  if (const std::vector<std::string>* names = OutputNamesScope::Current();
+      names != nullptr && !names->empty()) {
+    what = names->size() == 1
+               ? absl::StrCat("output '", names->front(), "' ")
+               : absl::StrCat("a tensor of outputs '", absl::StrJoin(*names, "', '"), "': ");
+  }
+  ThrowStatus(absl::ResourceExhaustedError(absl::StrCat(
+      what, DTypeName(dtype), ShapeToString(shape), " on ", DeviceName(device), " has ", numel,
+      " elements, over the limit of ", limit, " (max_tensor_elements)")));
+}
 
 }  // namespace
 
@@ -44,6 +62,10 @@ TensorImpl::~TensorImpl() = default;
 
 Tensor Tensor::Empty(absl::Span<const int64_t> shape, DType dtype, Device device) {
   const int64_t numel = ValueOrThrow(CheckedNumel(shape));
+  if (const std::shared_ptr<MemoryBudget>& budget = CurrentMemoryBudget();
+      budget != nullptr && numel > budget->max_tensor_elements()) {
+    ThrowOverMaxTensorElements(shape, dtype, device, numel, budget->max_tensor_elements());
+  }
   size_t nbytes = 0;
   if (__builtin_mul_overflow(static_cast<size_t>(numel), ElementSize(dtype), &nbytes)) {
     ThrowStatus(absl::InvalidArgumentError(

@@ -51,7 +51,9 @@ class Tensor {
 
   // --- Making tensors. All throw StatusError on a bad shape or when out of memory. ---
 
-  // Uninitialized contiguous memory.
+  // Uninitialized contiguous memory. RESOURCE_EXHAUSTED over the current budget's bytes or
+  // max_tensor_elements, before anything is allocated (Note [Tensors over
+  // max_tensor_elements] in memory_budget.h).
   static Tensor Empty(absl::Span<const int64_t> shape, DType dtype, Device device = kCPU);
   static Tensor Zeros(absl::Span<const int64_t> shape, DType dtype, Device device = kCPU);
   static Tensor Full(absl::Span<const int64_t> shape, double value, DType dtype,

@@ -273,8 +273,12 @@ std::vector<BadGraphCase> BadGraphCases() {
                    {"leaf #1 'c'", "max_memory_bytes"}});
   Limits hundred_bytes;
   hundred_bytes.max_memory_bytes = 60;
+  // Leaves that require no grad: the ops record no Nodes, whose charges (Note [Nodes on the
+  // budget]) would pass 60 bytes at the first op.
   cases.push_back({"ForwardOverMaxMemory",
-                   Base()
+                   GraphBuilder()
+                       .Leaf("x", F64({1, 2, 3}))
+                       .Leaf("c", F64({4, 5, 6}))
                        .Op("mul", {"x", "c"}, {"a"})
                        .Op("mul", {"a", "c"}, {"b"})
                        .Op("mul", {"b", "c"}, {"d"})

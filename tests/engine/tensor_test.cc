@@ -1,6 +1,13 @@
 #include "engine/tensor/tensor.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
 #include "engine/kernels/basic_kernels.h"
+#include "engine/tensor/memory_budget.h"
+#include "engine/tensor/working_buffer.h"
 #include "gtest/gtest.h"
 
 namespace gradserve {
@@ -48,6 +55,70 @@ TEST(TensorTest, MemoryBudgetLimitsAllocation) {
   }
   a = Tensor();
   EXPECT_EQ(budget->used(), 0);
+}
+
+// Note [Tensors over max_tensor_elements]: refused before anything is allocated or charged,
+// naming the op outputs being computed.
+TEST(TensorTest, MemoryBudgetRefusesTensorsOverMaxTensorElements) {
+  auto budget = std::make_shared<MemoryBudget>(int64_t{1} << 40, /*max_tensor_elements=*/1000);
+  MemoryBudgetScope scope(budget);
+  Tensor fits = Tensor::Empty({10, 100}, DType::kFloat32);
+  EXPECT_EQ(budget->used(), 4000);
+  auto refusal = [](absl::Span<const int64_t> shape) {
+    try {
+      Tensor::Empty(shape, DType::kFloat64);
+    } catch (const StatusError& e) {
+      return e.status();
+    }
+    return absl::OkStatus();
+  };
+  EXPECT_EQ(refusal({1 << 20, 1 << 20}),
+            absl::ResourceExhaustedError("a tensor float64[1048576, 1048576] on cpu has "
+                                         "1099511627776 elements, over the limit of 1000 "
+                                         "(max_tensor_elements)"));
+  const std::vector<std::string> one = {"h"}, two = {"values", "indices"};
+  {
+    OutputNamesScope names(&one);
+    EXPECT_EQ(refusal({1001}).message(),
+              "output 'h' float64[1001] on cpu has 1001 elements, over the limit of 1000 "
+              "(max_tensor_elements)");
+    OutputNamesScope more(&two);
+    EXPECT_EQ(refusal({2, 1000}).message(),
+              "a tensor of outputs 'values', 'indices': float64[2, 1000] on cpu has 2000 "
+              "elements, over the limit of 1000 (max_tensor_elements)");
+  }
+  EXPECT_EQ(OutputNamesScope::Current(), nullptr);
+  EXPECT_EQ(budget->used(), 4000);
+  EXPECT_EQ(budget->peak(), 4000);
+}
+
+// Note [Working buffers]: charged before they are allocated, released when freed or moved
+// from; nothing is charged without a budget.
+TEST(WorkingBufferTest, ChargedToTheCurrentBudgetWhileItLives) {
+  WorkingBuffer<double> unaccounted(16, 1.5);
+  EXPECT_EQ(unaccounted[15], 1.5);
+  auto budget = std::make_shared<MemoryBudget>(1000);
+  MemoryBudgetScope scope(budget);
+  {
+    WorkingBuffer<double> buffer(100, 0.0);
+    EXPECT_EQ(buffer.size(), 100);
+    EXPECT_EQ(buffer[99], 0.0);
+    EXPECT_EQ(budget->used(), 800);
+    WorkingBuffer<double> moved = std::move(buffer);
+    EXPECT_EQ(buffer.data(), nullptr);
+    EXPECT_EQ(budget->used(), 800);
+    try {
+      WorkingBuffer<float> over(int64_t{1} << 40);
+      FAIL() << "expected RESOURCE_EXHAUSTED";
+    } catch (const StatusError& e) {
+      EXPECT_EQ(e.status().code(), absl::StatusCode::kResourceExhausted);
+      EXPECT_TRUE(absl::StrContains(e.status().message(), "request memory limit exceeded"));
+    }
+    EXPECT_EQ(budget->used(), 800);
+    EXPECT_EQ(budget->peak(), 800);
+  }
+  EXPECT_EQ(budget->used(), 0);
+  EXPECT_THROW(WorkingBuffer<double>(int64_t{1} << 62), StatusError);
 }
 
 // Note [Budgets within a budget]: a request's budget inside the server's.

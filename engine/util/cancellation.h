@@ -1,0 +1,130 @@
+// CancellationToken: how work that is under way learns that its caller gave up; and the
+// thread's current token, which long kernels check between blocks of their work.
+//
+// Note [Stopping a running op]
+// A deadline, a cancel or the server's shutdown must stop any op within 100 ms (DESIGN.md
+// section 8), and one op (a 6144^3 matmul, a conv2d, a softmax over 2^28 elements) may run for
+// seconds. So the token is not only checked between ops (the interpreter) and between Nodes
+// (the Engine) but inside the kernels too, which live below autograd: the token lives here,
+// in util, where every layer can see it. The work's owner makes its token current on the
+// thread that does the work (CancellationScope): the graph interpreter around the forward pass
+// and the backward calls, the Engine around each Node it evaluates, on whatever thread that is
+// (as it installs the pass's MemoryBudget). A kernel counts the work it does in a WorkMeter,
+// which calls ThrowIfCancelled() once per kWorkPerCheck units (elements; matrix products check
+// between tiles of the product instead): one atomic load and one clock read per block, so tiny
+// tensors never pay for a check, and a block takes well under a millisecond. ThrowIfCancelled
+// throws StatusError with the token's status (CANCELLED or DEADLINE_EXCEEDED), which the
+// interpreter and the Engine pass on with the op's or the Node's name, as any error of the op. A
+// kernel stopped this way leaves its output partly written: it belongs to a request that has
+// failed.
+
+#ifndef GRADSERVE_ENGINE_UTIL_CANCELLATION_H_
+#define GRADSERVE_ENGINE_UTIL_CANCELLATION_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+
+#include "absl/base/optimization.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "engine/util/mutex.h"
+
+namespace gradserve {
+
+// Shared by the party that may cancel (the server's call, on a client's cancel or deadline) and
+// the work (the interpreter between ops, the Engine between nodes, the kernels between blocks:
+// Note [Stopping a running op]).
+//
+// Thread safety: every method may be called from any thread at once.
+class CancellationToken {
+ public:
+  explicit CancellationToken(absl::Time deadline = absl::InfiniteFuture()) : deadline_(deadline) {}
+
+  // Asks the work to stop with `reason` (CANCELLED or DEADLINE_EXCEEDED). The first reason
+  // wins. Runs the callbacks registered so far, on this thread.
+  void Cancel(absl::Status reason);
+
+  // OK while the work may go on; otherwise the reason it must stop. Past the deadline this
+  // is DEADLINE_EXCEEDED even if nobody called Cancel. Cheap: one atomic load and a clock read.
+  absl::Status Check() const;
+  bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
+  absl::Time deadline() const { return deadline_; }
+
+  // Runs fn when Cancel is called (at once, on this thread, if it already was). Returns an id
+  // for RemoveCallback. fn must not call back into this token.
+  int64_t AddCallback(std::function<void()> fn);
+  void RemoveCallback(int64_t id);
+
+ private:
+  const absl::Time deadline_;
+  std::atomic<bool> cancelled_{false};
+  mutable Mutex mutex_;
+  absl::Status reason_ ABSL_GUARDED_BY(mutex_);
+  std::map<int64_t, std::function<void()>> callbacks_ ABSL_GUARDED_BY(mutex_);
+  int64_t next_id_ ABSL_GUARDED_BY(mutex_) = 0;
+};
+
+// The token of the work this thread is doing; null when none (nothing to check).
+const CancellationToken* CurrentCancellationToken();
+
+// Makes token (null: none) current on this thread for the scope's lifetime, then restores the
+// previous one. Borrows the token, which must outlive the scope. Not movable; nest freely.
+class CancellationScope {
+ public:
+  explicit CancellationScope(const CancellationToken* token);
+  ~CancellationScope();
+  CancellationScope(const CancellationScope&) = delete;
+  CancellationScope& operator=(const CancellationScope&) = delete;
+
+ private:
+  const CancellationToken* const previous_;
+};
+
+// Throws StatusError with the current token's status if the work must stop; returns at once
+// when there is no current token or it says go on (Note [Stopping a running op]).
+void ThrowIfCancelled();
+
+// Units of work between two checks of the current token: elements for elementwise kernels and
+// copies, element visits for reductions and rows. At a nanosecond or a few per unit, a block is
+// well under a millisecond, and the check's clock read is lost in it.
+inline constexpr int64_t kWorkPerCheck = int64_t{1} << 16;
+
+// Counts the units of work a kernel does on this thread, and calls ThrowIfCancelled() each time
+// another kWorkPerCheck have been done (Note [Stopping a running op]). Add() is a subtraction
+// and a branch; make one meter per kernel call, on the stack. Not thread-safe: one per thread.
+class WorkMeter {
+ public:
+  // Counts units (>= 0) of work just done; may throw StatusError (ThrowIfCancelled).
+  void Add(int64_t units) {
+    left_ -= units;
+    if (ABSL_PREDICT_FALSE(left_ < 0)) Checkpoint();
+  }
+
+ private:
+  void Checkpoint() {
+    left_ = kWorkPerCheck;
+    ThrowIfCancelled();
+  }
+
+  int64_t left_ = kWorkPerCheck;
+};
+
+// Calls fn(begin, end) for consecutive blocks of [0, n) of at most `block` units each (in
+// order), counting each block in meter after it ran, so the token is checked between blocks. A
+// range of at most one block is one call: small loops stay as they were. block > 0.
+template <typename Fn>
+void ForEachBlock(int64_t n, WorkMeter& meter, Fn&& fn, int64_t block = kWorkPerCheck) {
+  for (int64_t begin = 0; begin < n;) {
+    const int64_t end = n - begin > block ? begin + block : n;
+    fn(begin, end);
+    meter.Add(end - begin);
+    begin = end;
+  }
+}
+
+}  // namespace gradserve
+
+#endif  // GRADSERVE_ENGINE_UTIL_CANCELLATION_H_

@@ -1,0 +1,191 @@
+// The limits of one request as the graph interpreter enforces them on work that used to escape
+// them (issue 24): deadlines and cancels stop one long op (Note [Stopping a running op]), and a
+// tensor over max_tensor_elements is refused before the op allocates or computes it (Note
+// [Tensors over max_tensor_elements]), and the kernels' working buffers and the Nodes of nested
+// backwards are charged to the request's memory budget (Note [Working buffers], Note [Nodes on
+// the budget]).
+//
+// These tests use only the interpreter's interface, so they also build against the engine as it
+// was before those changes, where each of them fails. Their time bounds are generous: a noisy
+// machine of two cores runs them beside other tests; docs/benchmarks.md has the figures.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "engine/graph/interpreter.h"
+#include "engine/ops/attributes.h"
+#include "gtest/gtest.h"
+#include "tests/engine/graph_test_util.h"
+
+namespace gradserve::graph {
+namespace {
+
+using ::gradserve::graph::testing::F64;
+using ::gradserve::graph::testing::GradCall;
+using ::gradserve::graph::testing::GraphBuilder;
+using ::gradserve::graph::testing::MessageHas;
+
+// How long after the deadline (or the cancel) a stopped op may still hold its thread, in these
+// tests. The goal is 100 ms (DESIGN.md section 8); the slack is for a loaded machine.
+constexpr absl::Duration kStopBound = absl::Milliseconds(1500);
+
+// An [n, n] matrix of one value; made outside any request, so it is charged to no budget.
+Tensor Square(int64_t n, double value, DType dtype) { return Tensor::Full({n, n}, value, dtype); }
+
+// a @ b as a one-op graph, leaves a and b.
+Graph MatmulGraph(Tensor a, Tensor b, bool requires_grad = false) {
+  return GraphBuilder()
+      .Leaf("a", std::move(a), requires_grad)
+      .Leaf("b", std::move(b))
+      .Op("matmul", {"a", "b"}, {"m"})
+      .Build();
+}
+
+// Records graph under a token whose deadline is `after` from now; expects DEADLINE_EXCEEDED
+// naming the op within kStopBound of the deadline.
+void ExpectStopsAtTheDeadline(const Graph& graph, absl::Duration after, const std::string& op) {
+  const absl::Time deadline = absl::Now() + after;
+  auto token = std::make_shared<autograd::CancellationToken>(deadline);
+  auto recorded = RecordedGraph::Record(graph, {}, token);
+  const absl::Duration late = absl::Now() - deadline;
+  EXPECT_EQ(recorded.status().code(), absl::StatusCode::kDeadlineExceeded) << recorded.status();
+  EXPECT_TRUE(MessageHas(recorded.status(), op));
+  EXPECT_LT(late, kStopBound) << "the op ran on " << late << " past its deadline";
+}
+
+TEST(RequestLimitsTest, DeadlineStopsOneFloatMatmulInsideTheOp) {
+  // 6144^3 multiply-adds: several seconds of sgemm on two cores.
+  ExpectStopsAtTheDeadline(
+      MatmulGraph(Square(6144, 0.5, DType::kFloat32), Square(6144, 0.25, DType::kFloat32)),
+      absl::Milliseconds(200), "op #0 (matmul -> 'm')");
+}
+
+TEST(RequestLimitsTest, DeadlineStopsOneInt64MatmulInsideTheOp) {
+  // 1536^3 multiply-adds in the int64 product's own loop: seconds.
+  ExpectStopsAtTheDeadline(
+      MatmulGraph(Square(1536, 3, DType::kInt64), Square(1536, 2, DType::kInt64)),
+      absl::Milliseconds(200), "op #0 (matmul -> 'm')");
+}
+
+TEST(RequestLimitsTest, DeadlineStopsOneConv2dInsideTheOp) {
+  // [2, 64, 192, 192] by [64, 64, 7, 7], padding 3: 2 * 64 * 3136 * 36864 multiply-adds.
+  GraphBuilder b;
+  b.Leaf("x", Tensor::Full({2, 64, 192, 192}, 0.5, DType::kFloat32))
+      .Leaf("w", Tensor::Full({64, 64, 7, 7}, 0.01, DType::kFloat32))
+      .Op("conv2d", {"x", "w"}, {"y"}, ops::Attrs({{"padding", int64_t{3}}}));
+  ExpectStopsAtTheDeadline(b.Build(), absl::Milliseconds(100), "op #0 (conv2d -> 'y')");
+}
+
+TEST(RequestLimitsTest, CancelFromAnotherThreadStopsOneMatmul) {
+  const Graph graph =
+      MatmulGraph(Square(6144, 0.5, DType::kFloat32), Square(6144, 0.25, DType::kFloat32));
+  auto token = std::make_shared<autograd::CancellationToken>();
+  absl::Time cancelled_at;
+  std::thread canceller([&] {
+    absl::SleepFor(absl::Milliseconds(200));
+    cancelled_at = absl::Now();
+    token->Cancel(absl::CancelledError("the client cancelled the call"));
+  });
+  auto recorded = RecordedGraph::Record(graph, {}, token);
+  const absl::Time stopped_at = absl::Now();
+  canceller.join();
+  EXPECT_EQ(recorded.status().code(), absl::StatusCode::kCancelled) << recorded.status();
+  // Cancelled inside the op, not before it.
+  EXPECT_TRUE(
+      MessageHas(recorded.status(), "op #0 (matmul -> 'm'): the client cancelled the call"));
+  EXPECT_LT(stopped_at - cancelled_at, kStopBound);
+}
+
+TEST(RequestLimitsTest, CancelDuringTheBackwardStopsTheMatmulNode) {
+  auto token = std::make_shared<autograd::CancellationToken>();
+  auto recorded = RecordedGraph::Record(GraphBuilder()
+                                            .Leaf("a", Square(3072, 0.5, DType::kFloat64), true)
+                                            .Leaf("b", Square(3072, 0.25, DType::kFloat64), true)
+                                            .Op("matmul", {"a", "b"}, {"m"})
+                                            .Op("sum", {"m"}, {"loss"})
+                                            .Build(),
+                                        {}, token);
+  ASSERT_TRUE(recorded.ok()) << recorded.status();
+  absl::Time cancelled_at;
+  std::thread canceller([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    cancelled_at = absl::Now();
+    token->Cancel(absl::CancelledError("the client cancelled the call"));
+  });
+  auto result = (*recorded)->Backward(GradCall("loss", {"a", "b"}));
+  const absl::Time stopped_at = absl::Now();
+  canceller.join();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled) << result.status();
+  EXPECT_LT(stopped_at - cancelled_at, kStopBound);
+}
+
+TEST(RequestLimitsTest, OutputOverMaxTensorElementsIsRefusedBeforeTheWork) {
+  // The product [16384, 1024] @ [1024, 16384] has 2^28 elements (1 GiB of float32) and costs
+  // 2^38 multiply-adds; the limit refuses it before either.
+  Limits limits;
+  limits.max_tensor_elements = int64_t{1} << 26;
+  const Graph graph = MatmulGraph(Tensor::Full({16384, 1024}, 0.5, DType::kFloat32),
+                                  Tensor::Full({1024, 16384}, 0.5, DType::kFloat32));
+  const absl::Time start = absl::Now();
+  auto recorded = RecordedGraph::Record(graph, limits);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(recorded.status().code(), absl::StatusCode::kResourceExhausted) << recorded.status();
+  EXPECT_TRUE(MessageHas(recorded.status(),
+                         "op #0 (matmul -> 'm'): output 'm' float32[16384, "
+                         "16384] on cpu has 268435456 elements, over the "
+                         "limit of 67108864 (max_tensor_elements)"));
+  EXPECT_LT(took, absl::Milliseconds(500)) << "the product was computed before it was refused";
+}
+
+TEST(RequestLimitsTest, Conv2dWorkingBufferIsChargedBeforeItIsAllocated) {
+  // A 4 MiB input, a 4 MiB output, and an im2col buffer of 16 * 16 * 16 * 256 * 256 floats:
+  // 1 GiB, under a budget of 16 MiB.
+  Limits limits;
+  limits.max_memory_bytes = int64_t{16} << 20;
+  GraphBuilder b;
+  b.Leaf("x", Tensor::Full({1, 16, 256, 256}, 0.5, DType::kFloat32))
+      .Leaf("w", Tensor::Full({16, 16, 16, 16}, 0.01, DType::kFloat32))
+      .Op("conv2d", {"x", "w"}, {"y"}, ops::Attrs({{"padding", std::string("same")}}));
+  const absl::Time start = absl::Now();
+  auto recorded = RecordedGraph::Record(b.Build(), limits);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(recorded.status().code(), absl::StatusCode::kResourceExhausted) << recorded.status();
+  EXPECT_TRUE(MessageHas(recorded.status(), "op #0 (conv2d -> 'y')"));
+  EXPECT_TRUE(MessageHas(recorded.status(), "request memory limit exceeded"));
+  EXPECT_LT(took, absl::Milliseconds(500)) << "the convolution ran before it was refused";
+}
+
+// Note [Nodes on the budget]: each level of in-graph grad with create_graph records the
+// backward of the level below, a graph several times its size, of one-element tensors whose
+// bytes are nothing but whose Nodes are hundreds of bytes each.
+Graph NestedGrads(int levels) {
+  GraphBuilder b;
+  b.Leaf("x", F64({0.5}), true).Op("sin", {"x"}, {"g0"}).Op("mul", {"g0", "x"}, {"g0x"});
+  std::string last = "g0x";
+  for (int i = 1; i <= levels; ++i) {
+    const std::string g = absl::StrCat("g", i);
+    b.Op("grad", {last}, {g}, ops::Attrs({{"wrt", std::vector<std::string>{"x"}}}));
+    b.Op("mul", {g, "x"}, {absl::StrCat(g, "x")});
+    last = absl::StrCat(g, "x");
+  }
+  return b.Build();
+}
+
+TEST(RequestLimitsTest, NestedGradLevelsAreChargedToTheBudget) {
+  Limits limits;
+  limits.max_memory_bytes = int64_t{16} << 20;
+  ASSERT_TRUE(RecordedGraph::Record(NestedGrads(3), limits).ok());
+  auto recorded = RecordedGraph::Record(NestedGrads(13), limits);
+  EXPECT_EQ(recorded.status().code(), absl::StatusCode::kResourceExhausted) << recorded.status();
+  EXPECT_TRUE(MessageHas(recorded.status(), "(grad -> 'g"));
+  EXPECT_TRUE(MessageHas(recorded.status(), "request memory limit exceeded"));
+}
+
+}  // namespace
+}  // namespace gradserve::graph
