@@ -55,7 +55,9 @@ Strides ContiguousStrides(absl::Span<const int64_t> shape) {
   int64_t step = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = step;
-    step *= std::max<int64_t>(shape[i], 1);
+    // The outermost size scales no stride: multiplying by it could overflow (CheckedNumel bounds
+    // only the strides used, e.g. [2^62, 4, 0] has none above 4).
+    if (i > 0) step *= std::max<int64_t>(shape[i], 1);
   }
   return strides;
 }
