@@ -62,23 +62,6 @@ void Node::set_label(std::string label) {
   set_label(std::make_shared<const Fixed>(std::move(label)), 0);
 }
 
-NodeCharge::NodeCharge(int64_t node_bytes) {
-  const std::shared_ptr<MemoryBudget>& budget = CurrentMemoryBudget();
-  if (budget == nullptr) return;
-  budget->Charge(node_bytes);
-  budget_ = budget;
-  bytes_ = node_bytes;
-}
-
-NodeCharge::~NodeCharge() {
-  if (budget_ != nullptr) budget_->Release(bytes_);
-}
-
-void NodeCharge::HandTo(Node& node) {
-  node.budget_ = std::move(budget_);
-  node.charged_ = std::exchange(bytes_, 0);
-}
-
 std::string Node::DebugName() const {
   if (labeler_ == nullptr) return name();
   return absl::StrCat(name(), " (", label(), ")");

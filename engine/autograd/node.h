@@ -205,14 +205,25 @@ class Node : public std::enable_shared_from_this<Node> {
 class NodeCharge {
  public:
   // Charges node_bytes to the budget current on this thread, if any; throws
-  // RESOURCE_EXHAUSTED over its limit.
-  explicit NodeCharge(int64_t node_bytes);
-  ~NodeCharge();
+  // RESOURCE_EXHAUSTED over its limit. Inline, as MakeNode is.
+  explicit NodeCharge(int64_t node_bytes) {
+    const std::shared_ptr<MemoryBudget>& budget = CurrentMemoryBudget();
+    if (budget == nullptr) return;
+    budget->Charge(node_bytes);
+    budget_ = budget;
+    bytes_ = node_bytes;
+  }
+  ~NodeCharge() {
+    if (budget_ != nullptr) budget_->Release(bytes_);
+  }
   NodeCharge(const NodeCharge&) = delete;
   NodeCharge& operator=(const NodeCharge&) = delete;
 
   // The Node now holds the charge, and gives it back when destroyed.
-  void HandTo(Node& node);
+  void HandTo(Node& node) {
+    node.budget_ = std::move(budget_);
+    node.charged_ = std::exchange(bytes_, 0);
+  }
 
  private:
   std::shared_ptr<MemoryBudget> budget_;
