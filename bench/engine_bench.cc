@@ -5,8 +5,10 @@
 // them and torch_engine.py prints the same for PyTorch.
 //
 //   engine_bench --scenario=all --repeats=7 --threads=1
+//   engine_bench --scenario=all --limits   (under a budget and a token, as the server runs)
 //   engine_bench --scenario=mlp --memory   (run once in this fresh process; report its memory)
 //   engine_bench --device=cuda:0 --scenario=all,mlp_big   (on a GPU; torch_engine.py --device cuda)
+//   engine_bench --scenario=stop_latency   (how long after a deadline each long op stops)
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -17,30 +19,41 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "cblas.h"
 #include "engine/autograd/autograd.h"
 #include "engine/device/device_registry.h"
 #include "engine/ops/cuda_ops.h"
 #include "engine/ops/elementwise.h"
 #include "engine/ops/linalg.h"
+#include "engine/ops/nn.h"
 #include "engine/ops/reductions.h"
+#include "engine/ops/shape.h"
 #include "engine/tensor/memory_budget.h"
 #include "engine/tensor/tensor.h"
+#include "engine/util/cancellation.h"
+#include "engine/util/status_error.h"
 #include "program/flag_arguments.h"
 #include "program/host_malloc.h"
 #include "program/process_start.h"
 
 ABSL_FLAG(std::string, scenario, "all",
           "Comma-separated: chain_10k, fanin_2k, mlp, mlp_big (batch 4096, width 4096, depth 4: "
-          "for GPUs), or all (the first three).");
+          "for GPUs), or all (the first three); or stop_latency alone: how long after its "
+          "deadline each of a list of long ops stops.");
 ABSL_FLAG(std::string, device, "cpu",
           "Where the graph's tensors live: cpu, or cuda:N (registers the GPUs first).");
 ABSL_FLAG(int, repeats, 7, "Timed backward passes per scenario; the median is reported.");
@@ -48,6 +61,15 @@ ABSL_FLAG(int, warmup, 1, "Untimed passes before them.");
 ABSL_FLAG(int, threads, 1, "OpenBLAS threads (the engine's own CPU work is on one thread).");
 ABSL_FLAG(bool, memory, false,
           "Run the scenario once and report this process's peak memory instead of times.");
+ABSL_FLAG(bool, limits, false,
+          "Record each graph under a MemoryBudget and run its backward under that budget and a "
+          "CancellationToken whose deadline is an hour ahead, as the server does, so that the "
+          "budget's charges and the token's checks run.");
+ABSL_FLAG(int, stop_after_ms, 100,
+          "stop_latency: how far ahead of each op's start its deadline is.");
+ABSL_FLAG(bool, stop_full, false,
+          "stop_latency: also time each op once to its end, or to a deadline 60 s ahead (the "
+          "int64 product takes minutes), as full_ms.");
 
 namespace gradserve::bench {
 namespace {
@@ -128,9 +150,23 @@ struct Pass {
 };
 
 // Times one backward pass of a fresh graph. The graph is torn down after the clock stops.
+// With --limits the graph is recorded under a MemoryBudget, and the backward runs under it and
+// under a token whose deadline is an hour ahead, as the server runs a request.
 Pass TimeBackward(const std::string& scenario) {
-  Graph g = Build(scenario);
+  const bool limits = absl::GetFlag(FLAGS_limits);
+  std::shared_ptr<MemoryBudget> budget;
+  if (limits) budget = std::make_shared<MemoryBudget>();
+  Graph g;
+  {
+    std::optional<MemoryBudgetScope> scope;
+    if (limits) scope.emplace(budget);
+    g = Build(scenario);
+  }
   autograd::BackwardOptions options;
+  if (limits) {
+    options.budget = budget;
+    options.cancel = std::make_shared<CancellationToken>(absl::Now() + absl::Hours(1));
+  }
   // A GPU may still be running the forward pass: the clock starts when it is done, as
   // torch_engine.py's torch.cuda.synchronize() does.
   if (!bench_device.is_cpu()) {
@@ -169,10 +205,11 @@ void Times(const std::string& scenario, int repeats, int warmup, int threads) {
   std::sort(sorted.begin(), sorted.end());
   std::printf(
       "{\"impl\": \"gradserve\", \"scenario\": \"%s\", \"device\": \"%s\", "
-      "\"threads\": %d, \"malloc\": \"%s\", \"median_ms\": %.4f, \"page_faults_per_pass\": %lld, "
-      "\"times_ms\": [%s]}\n",
+      "\"threads\": %d, \"malloc\": \"%s\", \"limits\": %s, \"median_ms\": %.4f, "
+      "\"page_faults_per_pass\": %lld, \"times_ms\": [%s]}\n",
       scenario.c_str(), DeviceName(bench_device).c_str(), threads, kProcessMallocName,
-      sorted[sorted.size() / 2], static_cast<long long>(faults / repeats),
+      absl::GetFlag(FLAGS_limits) ? "true" : "false", sorted[sorted.size() / 2],
+      static_cast<long long>(faults / repeats),
       absl::StrJoin(ms, ", ", [](std::string* out, double v) {
         absl::StrAppendFormat(out, "%.4f", v);
       }).c_str());
@@ -203,6 +240,149 @@ void Memory(const std::string& scenario, int threads) {
       static_cast<long long>(budget->peak()));
 }
 
+// --- stop_latency: Note [Stopping a running op] (engine/util/cancellation.h). ---
+
+// One op that a single call can keep busy for seconds, on inputs made once (untimed).
+struct LongOp {
+  std::string name;
+  std::function<std::function<void()>()> make;  // makes the inputs; returns the call
+};
+
+Tensor Filled(std::vector<int64_t> shape, double value, DType dtype) {
+  return Tensor::Full(shape, value, dtype);
+}
+
+std::vector<LongOp> LongOps() {
+  using F = std::function<void()>;
+  return {
+      {"matmul f32 6144^3",
+       [] {
+         Tensor a = Filled({6144, 6144}, 0.5, DType::kFloat32), b = a.Clone();
+         return F([=] { ops::matmul(a, b); });
+       }},
+      {"matmul f64 4096^3",
+       [] {
+         Tensor a = Filled({4096, 4096}, 0.5, DType::kFloat64), b = a.Clone();
+         return F([=] { ops::matmul(a, b); });
+       }},
+      {"matmul int64 1536^3",
+       [] {
+         Tensor a = Filled({1536, 1536}, 3, DType::kInt64), b = a.Clone();
+         return F([=] { ops::matmul(a, b); });
+       }},
+      {"matmul f32 batched 64 x 1024^3",
+       [] {
+         Tensor a = Filled({64, 1024, 1024}, 0.5, DType::kFloat32), b = a.Clone();
+         return F([=] { ops::matmul(a, b); });
+       }},
+      {"matmul f32 backward 4096^3 (Engine)",
+       [] {
+         Tensor a = Leaf(Filled({4096, 4096}, 0.5, DType::kFloat32));
+         Tensor b = Leaf(Filled({4096, 4096}, 0.25, DType::kFloat32));
+         Tensor loss = ops::sum(ops::matmul(a, b));
+         return F([=] {
+           autograd::BackwardOptions options;
+           options.retain_graph = true;
+           options.cancel =
+               std::make_shared<CancellationToken>(CurrentCancellationToken()->deadline());
+           ThrowIfError(autograd::Grad({loss}, {Tensor()}, {a, b}, options).status());
+         });
+       }},
+      {"conv2d f32 [8, 64, 128, 128] * [128, 64, 7, 7]",
+       [] {
+         Tensor x = Filled({8, 64, 128, 128}, 0.5, DType::kFloat32);
+         Tensor w = Filled({128, 64, 7, 7}, 0.01, DType::kFloat32);
+         ops::Conv2dOptions options;
+         options.padding = {3, 3};
+         return F([=] { ops::conv2d(x, w, Tensor(), options); });
+       }},
+      {"softmax f32 [1, 2^27]",
+       [] {
+         Tensor x = Filled({1, int64_t{1} << 27}, 0.5, DType::kFloat32);
+         return F([=] { ops::softmax(x, 1); });
+       }},
+      {"layer_norm f32 [2, 2^26]",
+       [] {
+         Tensor x = Filled({2, int64_t{1} << 26}, 0.5, DType::kFloat32);
+         return F([=] { ops::layer_norm(x, {int64_t{1} << 26}); });
+       }},
+      {"exp f32 2^28",
+       [] {
+         Tensor x = Filled({int64_t{1} << 28}, 0.5, DType::kFloat32);
+         return F([=] { ops::exp(x); });
+       }},
+      {"mul broadcast f32 [16384, 1] * [1, 16384]",
+       [] {
+         Tensor a = Filled({16384, 1}, 0.5, DType::kFloat32);
+         Tensor b = Filled({1, 16384}, 0.5, DType::kFloat32);
+         return F([=] { ops::mul(a, b); });
+       }},
+      {"sum f64 over dim 0 of [2^14, 2^14]",
+       [] {
+         Tensor x = Filled({16384, 16384}, 0.5, DType::kFloat64);
+         return F([=] { ops::sum(x, {0}); });
+       }},
+      {"cat f64 2 x 2^27",
+       [] {
+         Tensor x = Filled({int64_t{1} << 27}, 0.5, DType::kFloat64);
+         return F([=] { ops::cat({x, x}); });
+       }},
+      {"index_select f32 2^27 rows of 1",
+       [] {
+         Tensor x = Filled({int64_t{1} << 27}, 0.5, DType::kFloat32);
+         Tensor index = Tensor::Zeros({int64_t{1} << 27}, DType::kInt64);
+         return F([=] { ops::index_select(x, 0, index); });
+       }},
+  };
+}
+
+// Runs each long op --repeats times, each under a token whose deadline is --stop_after_ms after
+// the call starts, and prints how long after the deadline the call returned (late_ms).
+void StopLatency(int repeats) {
+  const absl::Duration after = absl::Milliseconds(absl::GetFlag(FLAGS_stop_after_ms));
+  for (const LongOp& op : LongOps()) {
+    std::function<void()> call = op.make();
+    double full_ms = -1;
+    if (absl::GetFlag(FLAGS_stop_full)) {
+      const absl::Time start = absl::Now();
+      CancellationToken cap(start + absl::Seconds(60));
+      CancellationScope scope(&cap);
+      try {
+        call();
+      } catch (const StatusError&) {
+        // Stopped at the cap: full_ms is then about 60000.
+      }
+      full_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+    }
+    std::vector<double> late_ms;
+    std::string status = "OK";
+    for (int i = 0; i < repeats; ++i) {
+      const absl::Time deadline = absl::Now() + after;
+      CancellationToken token(deadline);
+      CancellationScope scope(&token);
+      try {
+        call();
+        status = "OK";
+      } catch (const StatusError& e) {
+        status = std::string(absl::StatusCodeToString(e.status().code()));
+      }
+      late_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - deadline));
+    }
+    std::vector<double> sorted = late_ms;
+    std::sort(sorted.begin(), sorted.end());
+    std::printf(
+        "{\"impl\": \"gradserve\", \"scenario\": \"stop_latency\", \"op\": \"%s\", "
+        "\"deadline_after_ms\": %lld, \"status\": \"%s\", \"median_late_ms\": %.1f, "
+        "\"max_late_ms\": %.1f, \"full_ms\": %.0f, \"late_ms\": [%s]}\n",
+        op.name.c_str(), static_cast<long long>(absl::ToInt64Milliseconds(after)), status.c_str(),
+        sorted[sorted.size() / 2], sorted.back(), full_ms,
+        absl::StrJoin(late_ms, ", ", [](std::string* out, double v) {
+          absl::StrAppendFormat(out, "%.1f", v);
+        }).c_str());
+    std::fflush(stdout);
+  }
+}
+
 int Main() {
   StartProcess();  // as the server does (Note [The server's malloc])
   const int threads = absl::GetFlag(FLAGS_threads);
@@ -222,6 +402,14 @@ int Main() {
   } else if (!bench_device.is_cpu()) {
     std::fprintf(stderr, "engine_bench: --device must be cpu or cuda:N\n");
     return 2;
+  }
+  if (absl::GetFlag(FLAGS_scenario) == "stop_latency") {
+    if (!bench_device.is_cpu()) {
+      std::fprintf(stderr, "engine_bench: stop_latency runs on the cpu only\n");
+      return 2;
+    }
+    StopLatency(absl::GetFlag(FLAGS_repeats));
+    return 0;
   }
   const std::vector<std::string> known = {"chain_10k", "fanin_2k", "mlp", "mlp_big"};
   std::vector<std::string> scenarios;
@@ -252,7 +440,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "the engine scenarios (DESIGN.md section 6), timed backward only; one JSON "
       "object per line.\nUsage: engine_bench [--scenario=all] [--repeats=7] [--threads=1] "
-      "[--memory] [--device=cpu]");
+      "[--memory] [--limits] [--device=cpu]\n       engine_bench --scenario=stop_latency "
+      "[--repeats=7] [--stop_after_ms=100] [--stop_full]");
   // Note [Flag spelling], Note [Flags checked first]
   if (!gradserve::ParseFlags(argc, argv, "engine_bench").has_value()) return 2;
   return gradserve::bench::Main();

@@ -29,16 +29,14 @@ thread_local const GraphTask* current_graph_task = nullptr;
 
 // What a Node runs under: its pass as the current one, the pass's grad mode (create_graph),
 // memory budget and cancellation token (which the kernels check: Note [Stopping a running
-// op]), and no op outputs to name in errors (Note [Tensors over max_tensor_elements]): what a
-// Node makes is not an output of the graph's op, such as a grad op, that runs the pass.
+// op]).
 class GraphTaskScope {
  public:
   explicit GraphTaskScope(const GraphTask* graph_task)
       : previous_(current_graph_task),
         grad_mode_(graph_task->grad_mode_),
         budget_(&graph_task->budget_),
-        cancel_(graph_task->cancel_.get()),
-        output_names_(nullptr) {
+        cancel_(graph_task->cancel_.get()) {
     current_graph_task = graph_task;
   }
   ~GraphTaskScope() { current_graph_task = previous_; }
@@ -48,7 +46,6 @@ class GraphTaskScope {
   GradModeGuard grad_mode_;
   MemoryBudgetScope budget_;
   CancellationScope cancel_;
-  OutputNamesScope output_names_;
 };
 
 uint64_t compute_min_topological_nr(const EdgeList& outputs) {

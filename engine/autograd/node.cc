@@ -30,9 +30,9 @@ void Node::Charge(int64_t bytes) {
 }
 
 void Node::set_next_edges(EdgeList next_edges) {
-  if (next_edges.size() > edges_covered_) {
-    Charge(static_cast<int64_t>(next_edges.size() - edges_covered_) * kEdgeBytes);
-    edges_covered_ = static_cast<uint32_t>(next_edges.size());
+  // Edges are set once, after MakeNode (the constructor's come before the charge).
+  if (next_edges.size() > kEdgesCovered) {
+    Charge(static_cast<int64_t>(next_edges.size() - kEdgesCovered) * kEdgeBytes);
   }
   next_edges_ = std::move(next_edges);
   uint64_t topo = 0;
@@ -43,10 +43,7 @@ void Node::set_next_edges(EdgeList next_edges) {
 }
 
 uint32_t Node::add_input_metadata(const InputMetadata& metadata) {
-  if (input_metadata_.size() >= inputs_covered_) {
-    Charge(kInputBytes);
-    ++inputs_covered_;
-  }
+  if (input_metadata_.size() >= kInputsCovered) Charge(kInputBytes);
   if (!stream_.has_stream()) stream_ = metadata.stream;
   input_metadata_.push_back(metadata);
   return static_cast<uint32_t>(input_metadata_.size() - 1);
@@ -60,23 +57,6 @@ void Node::set_label(std::string label) {
     const std::string label;
   };
   set_label(std::make_shared<const Fixed>(std::move(label)), 0);
-}
-
-NodeCharge::NodeCharge(int64_t node_bytes) {
-  const std::shared_ptr<MemoryBudget>& budget = CurrentMemoryBudget();
-  if (budget == nullptr) return;
-  budget->Charge(node_bytes);
-  budget_ = budget;
-  bytes_ = node_bytes;
-}
-
-NodeCharge::~NodeCharge() {
-  if (budget_ != nullptr) budget_->Release(bytes_);
-}
-
-void NodeCharge::HandTo(Node& node) {
-  node.budget_ = std::move(budget_);
-  node.charged_ = std::exchange(bytes_, 0);
 }
 
 std::string Node::DebugName() const {

@@ -153,19 +153,19 @@ class Node : public std::enable_shared_from_this<Node> {
   // --- Hooks (function_hook.h says in which order they run). Not thread-safe against a
   // backward that is running; register them while the graph is being built. ---
   void add_tensor_pre_hook(uint32_t input_nr, std::shared_ptr<TensorHook> hook) {
-    tensor_pre_hooks_.emplace_back(input_nr, std::move(hook));
+    mutable_hooks().tensor_pre.emplace_back(input_nr, std::move(hook));
   }
   void add_pre_hook(std::unique_ptr<FunctionPreHook> hook) {
-    pre_hooks_.push_back(std::move(hook));
+    mutable_hooks().pre.push_back(std::move(hook));
   }
   void add_post_hook(std::unique_ptr<FunctionPostHook> hook) {
-    post_hooks_.push_back(std::move(hook));
+    mutable_hooks().post.push_back(std::move(hook));
   }
   const std::vector<std::pair<uint32_t, std::shared_ptr<TensorHook>>>& tensor_pre_hooks() const {
-    return tensor_pre_hooks_;
+    return hooks().tensor_pre;
   }
-  const std::vector<std::unique_ptr<FunctionPreHook>>& pre_hooks() const { return pre_hooks_; }
-  const std::vector<std::unique_ptr<FunctionPostHook>>& post_hooks() const { return post_hooks_; }
+  const std::vector<std::unique_ptr<FunctionPreHook>>& pre_hooks() const { return hooks().pre; }
+  const std::vector<std::unique_ptr<FunctionPostHook>>& post_hooks() const { return hooks().post; }
 
   // Note [Node thread safety].
   Mutex& mutex() const { return mutex_; }
@@ -176,6 +176,21 @@ class Node : public std::enable_shared_from_this<Node> {
  private:
   friend void DeleteNode(Node* node);
   friend class NodeCharge;
+
+  // A Node's hooks, made when the first is added. Most Nodes have none; three empty vectors in
+  // every Node would make each 72 bytes bigger, and a backward over Nodes too big for the
+  // cache slower (Note [Nodes on the budget]).
+  struct Hooks {
+    std::vector<std::pair<uint32_t, std::shared_ptr<TensorHook>>> tensor_pre;
+    std::vector<std::unique_ptr<FunctionPreHook>> pre;
+    std::vector<std::unique_ptr<FunctionPostHook>> post;
+  };
+  static inline const Hooks kNoHooks{};
+  const Hooks& hooks() const { return hooks_ != nullptr ? *hooks_ : kNoHooks; }
+  Hooks& mutable_hooks() {
+    if (hooks_ == nullptr) hooks_ = std::make_unique<Hooks>();
+    return *hooks_;
+  }
 
   // Charges bytes more to budget_, if any (Note [Nodes on the budget]); throws
   // RESOURCE_EXHAUSTED over the limit, charging nothing.
@@ -188,16 +203,12 @@ class Node : public std::enable_shared_from_this<Node> {
   Stream stream_;                               // stream(): the first input's stream that is one
   std::shared_ptr<const NodeLabeler> labeler_;  // null: no label
   int64_t label_key_ = 0;
-  std::vector<std::pair<uint32_t, std::shared_ptr<TensorHook>>> tensor_pre_hooks_;
-  std::vector<std::unique_ptr<FunctionPreHook>> pre_hooks_;
-  std::vector<std::unique_ptr<FunctionPostHook>> post_hooks_;
+  std::unique_ptr<Hooks> hooks_;  // null: none
   mutable Mutex mutex_;
-  // Note [Nodes on the budget]: the budget charged (null: none), how much, and how many edges
-  // and inputs the charge covers. Set while the Node is built, on one thread.
+  // Note [Nodes on the budget]: the budget charged (null: none) and how much. Set while the
+  // Node is built, on one thread.
   std::shared_ptr<MemoryBudget> budget_;
   int64_t charged_ = 0;
-  uint32_t edges_covered_ = kEdgesCovered;
-  uint32_t inputs_covered_ = kInputsCovered;
 };
 
 // Charges a Node's estimate to the current budget before the Node is made, and hands the charge
@@ -205,14 +216,25 @@ class Node : public std::enable_shared_from_this<Node> {
 class NodeCharge {
  public:
   // Charges node_bytes to the budget current on this thread, if any; throws
-  // RESOURCE_EXHAUSTED over its limit.
-  explicit NodeCharge(int64_t node_bytes);
-  ~NodeCharge();
+  // RESOURCE_EXHAUSTED over its limit. Inline, as MakeNode is.
+  explicit NodeCharge(int64_t node_bytes) {
+    const std::shared_ptr<MemoryBudget>& budget = CurrentMemoryBudget();
+    if (budget == nullptr) return;
+    budget->Charge(node_bytes);
+    budget_ = budget;
+    bytes_ = node_bytes;
+  }
+  ~NodeCharge() {
+    if (budget_ != nullptr) budget_->Release(bytes_);
+  }
   NodeCharge(const NodeCharge&) = delete;
   NodeCharge& operator=(const NodeCharge&) = delete;
 
   // The Node now holds the charge, and gives it back when destroyed.
-  void HandTo(Node& node);
+  void HandTo(Node& node) {
+    node.budget_ = std::move(budget_);
+    node.charged_ = std::exchange(bytes_, 0);
+  }
 
  private:
   std::shared_ptr<MemoryBudget> budget_;

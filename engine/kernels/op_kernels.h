@@ -192,6 +192,10 @@ void MapKernelImpl(const Tensor& out, Fn& fn, std::index_sequence<I...>, TensorR
   const int64_t n = out.numel();
   WorkMeter meter;  // Note [Stopping a running op]
   if (((ins.numel() == n && ins.is_contiguous()) && ...)) {
+    if (n <= kWorkPerCheck) {  // never checked: the plain loop, for the many small tensors
+      for (int64_t i = 0; i < n; ++i) o[i] = fn(std::get<I>(in)[i]...);
+      return;
+    }
     ForEachBlock(n, meter, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) o[i] = fn(std::get<I>(in)[i]...);
     });

@@ -5,9 +5,6 @@
 
 namespace gradserve {
 namespace {
-const std::shared_ptr<MemoryBudget> kNoBudget;
-// Points at the current budget's owner (a scope, or a borrowed shared_ptr); never null.
-thread_local const std::shared_ptr<MemoryBudget>* current_budget = &kNoBudget;
 // OutputNamesScope's names; null if none.
 thread_local const std::vector<std::string>* current_output_names = nullptr;
 }  // namespace
@@ -32,7 +29,7 @@ absl::Status MemoryBudget::TryCharge(int64_t bytes) {
   return absl::OkStatus();
 }
 
-void MemoryBudget::Charge(int64_t bytes) {
+void MemoryBudget::ChargeOrThrow(int64_t bytes) {
   if (absl::Status s = TryCharge(bytes); !s.ok()) ThrowStatus(std::move(s));
 }
 
@@ -48,20 +45,6 @@ void MemoryReservation::Reset() {
   if (budget_ != nullptr && bytes_ > 0) budget_->Release(bytes_);
   bytes_ = 0;
 }
-
-const std::shared_ptr<MemoryBudget>& CurrentMemoryBudget() { return *current_budget; }
-
-MemoryBudgetScope::MemoryBudgetScope(std::shared_ptr<MemoryBudget> budget)
-    : owned_(std::move(budget)), previous_(current_budget) {
-  current_budget = &owned_;
-}
-
-MemoryBudgetScope::MemoryBudgetScope(const std::shared_ptr<MemoryBudget>* budget)
-    : previous_(current_budget) {
-  current_budget = budget;
-}
-
-MemoryBudgetScope::~MemoryBudgetScope() { current_budget = previous_; }
 
 OutputNamesScope::OutputNamesScope(const std::vector<std::string>* names)
     : previous_(current_output_names) {

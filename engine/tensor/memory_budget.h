@@ -28,7 +28,9 @@
 // The message names the tensor by the op outputs the thread is computing, which the
 // interpreter sets per op (OutputNamesScope): "output 'h' float32[65536, 65536] on cpu has
 // 4294967296 elements, over the limit of 268435456 (max_tensor_elements)"; the interpreter then
-// adds the op, as to any error of the op.
+// adds the op, as to any error of the op. A tensor that a grad op's nested backward makes on
+// the op's thread is named by the grad op's outputs too, since it is made to compute them; on
+// other threads, and outside the interpreter, it is "a tensor".
 
 #ifndef GRADSERVE_ENGINE_TENSOR_MEMORY_BUDGET_H_
 #define GRADSERVE_ENGINE_TENSOR_MEMORY_BUDGET_H_
@@ -61,8 +63,21 @@ class MemoryBudget {
         what_(std::move(what)) {}
 
   // Adds bytes here and to every parent, or throws RESOURCE_EXHAUSTED naming the limit it would
-  // pass (and adds nothing anywhere).
-  void Charge(int64_t bytes);
+  // pass (and adds nothing anywhere). Inline: a recorded graph's Nodes are charged one by one
+  // (Note [Nodes on the budget]); a budget within a parent takes the out-of-line path.
+  void Charge(int64_t bytes) {
+    if (parent_ == nullptr) {
+      const int64_t now = used_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+      if (now <= limit_) [[likely]] {
+        int64_t peak = peak_.load(std::memory_order_relaxed);
+        while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+        }
+        return;
+      }
+      used_.fetch_sub(bytes, std::memory_order_relaxed);
+    }
+    ChargeOrThrow(bytes);
+  }
   // Like Charge, but returns the error instead of throwing it.
   absl::Status TryCharge(int64_t bytes);
   void Release(int64_t bytes) {
@@ -79,6 +94,9 @@ class MemoryBudget {
   int64_t max_tensor_elements() const { return max_tensor_elements_; }
 
  private:
+  // Charge's slow path: TryCharge, throwing its error.
+  void ChargeOrThrow(int64_t bytes);
+
   const int64_t limit_;
   const int64_t max_tensor_elements_;
   const std::shared_ptr<MemoryBudget> parent_;
@@ -119,18 +137,33 @@ class MemoryReservation {
   int64_t bytes_ = 0;
 };
 
+namespace internal {
+inline const std::shared_ptr<MemoryBudget> kNoBudget;
+// Points at the current budget's owner (a scope, or a borrowed shared_ptr); never null. Inline,
+// so that reading it costs no call: every tensor and Node made reads it.
+inline thread_local const std::shared_ptr<MemoryBudget>* current_budget = &kNoBudget;
+}  // namespace internal
+
 // The budget charged by allocations on this thread; null means unaccounted.
-const std::shared_ptr<MemoryBudget>& CurrentMemoryBudget();
+inline const std::shared_ptr<MemoryBudget>& CurrentMemoryBudget() {
+  return *internal::current_budget;
+}
 
 // Makes a budget current on this thread for the scope's lifetime.
 class MemoryBudgetScope {
  public:
   // The scope keeps budget alive.
-  explicit MemoryBudgetScope(std::shared_ptr<MemoryBudget> budget);
+  explicit MemoryBudgetScope(std::shared_ptr<MemoryBudget> budget)
+      : owned_(std::move(budget)), previous_(internal::current_budget) {
+    internal::current_budget = &owned_;
+  }
   // Borrows *budget, which must outlive the scope: no reference count is touched, which keeps
   // the Engine's per-Node scope free.
-  explicit MemoryBudgetScope(const std::shared_ptr<MemoryBudget>* budget);
-  ~MemoryBudgetScope();
+  explicit MemoryBudgetScope(const std::shared_ptr<MemoryBudget>* budget)
+      : previous_(internal::current_budget) {
+    internal::current_budget = budget;
+  }
+  ~MemoryBudgetScope() { internal::current_budget = previous_; }
   MemoryBudgetScope(const MemoryBudgetScope&) = delete;
   MemoryBudgetScope& operator=(const MemoryBudgetScope&) = delete;
 

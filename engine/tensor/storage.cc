@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -15,11 +16,8 @@
 
 namespace gradserve {
 
-Storage::Storage(size_t nbytes, Allocator* allocator)
-    : allocator_(allocator),
-      device_(allocator->device()),
-      nbytes_(nbytes),
-      budget_(CurrentMemoryBudget()) {
+Storage::Storage(size_t nbytes, Allocator* allocator, const std::shared_ptr<MemoryBudget>& budget)
+    : allocator_(allocator), device_(allocator->device()), nbytes_(nbytes), budget_(budget) {
   if (budget_) budget_->Charge(static_cast<int64_t>(nbytes));
   if (nbytes > 0 && nbytes <= kInlineBytes && allocator == CpuAllocator()) {
     data_ = inline_;

@@ -35,7 +35,10 @@ namespace gradserve {
 class Storage {
  public:
   // Throws StatusError(RESOURCE_EXHAUSTED) when the budget or the device is out of memory.
-  Storage(size_t nbytes, Allocator* allocator);
+  Storage(size_t nbytes, Allocator* allocator)
+      : Storage(nbytes, allocator, CurrentMemoryBudget()) {}
+  // The same, charging budget (null: none), which the caller read as CurrentMemoryBudget().
+  Storage(size_t nbytes, Allocator* allocator, const std::shared_ptr<MemoryBudget>& budget);
   // Wraps nbytes at data on device, kept alive by owner (Note [Adopted storage]). Throws
   // StatusError(RESOURCE_EXHAUSTED) when the budget is out of memory; owner is then released.
   Storage(void* data, size_t nbytes, Device device, std::shared_ptr<const void> owner);

@@ -62,8 +62,8 @@ TensorImpl::~TensorImpl() = default;
 
 Tensor Tensor::Empty(absl::Span<const int64_t> shape, DType dtype, Device device) {
   const int64_t numel = ValueOrThrow(CheckedNumel(shape));
-  if (const std::shared_ptr<MemoryBudget>& budget = CurrentMemoryBudget();
-      budget != nullptr && numel > budget->max_tensor_elements()) {
+  const std::shared_ptr<MemoryBudget>& budget = CurrentMemoryBudget();
+  if (budget != nullptr && numel > budget->max_tensor_elements()) {
     ThrowOverMaxTensorElements(shape, dtype, device, numel, budget->max_tensor_elements());
   }
   size_t nbytes = 0;
@@ -71,7 +71,7 @@ Tensor Tensor::Empty(absl::Span<const int64_t> shape, DType dtype, Device device
     ThrowStatus(absl::InvalidArgumentError(
         absl::StrCat("shape ", ShapeToString(shape), " needs more bytes than memory can hold")));
   }
-  auto storage = std::make_shared<Storage>(nbytes, DeviceRegistry::Get().allocator(device));
+  auto storage = std::make_shared<Storage>(nbytes, DeviceRegistry::Get().allocator(device), budget);
   return Tensor(std::make_shared<TensorImpl>(std::move(storage), 0,
                                              Shape(shape.begin(), shape.end()),
                                              ContiguousStrides(shape), dtype, numel));

@@ -7,10 +7,6 @@
 #include "engine/util/status_error.h"
 
 namespace gradserve {
-namespace {
-// Note [Stopping a running op]: the token of the work on this thread.
-thread_local const CancellationToken* current_token = nullptr;
-}  // namespace
 
 void CancellationToken::Cancel(absl::Status reason) {
   std::map<int64_t, std::function<void()>> to_run;
@@ -52,17 +48,10 @@ void CancellationToken::RemoveCallback(int64_t id) {
   callbacks_.erase(id);
 }
 
-const CancellationToken* CurrentCancellationToken() { return current_token; }
-
-CancellationScope::CancellationScope(const CancellationToken* token) : previous_(current_token) {
-  current_token = token;
-}
-
-CancellationScope::~CancellationScope() { current_token = previous_; }
-
 void ThrowIfCancelled() {
-  if (current_token == nullptr) return;
-  if (absl::Status status = current_token->Check(); !status.ok()) ThrowStatus(std::move(status));
+  const CancellationToken* token = CurrentCancellationToken();
+  if (token == nullptr) return;
+  if (absl::Status status = token->Check(); !status.ok()) ThrowStatus(std::move(status));
 }
 
 }  // namespace gradserve

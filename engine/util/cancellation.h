@@ -67,15 +67,26 @@ class CancellationToken {
   int64_t next_id_ ABSL_GUARDED_BY(mutex_) = 0;
 };
 
+namespace internal {
+// The token of the work on this thread (CancellationScope). Inline, so that the Engine's scope
+// per Node costs two thread-local moves and no call.
+inline thread_local const CancellationToken* current_cancellation_token = nullptr;
+}  // namespace internal
+
 // The token of the work this thread is doing; null when none (nothing to check).
-const CancellationToken* CurrentCancellationToken();
+inline const CancellationToken* CurrentCancellationToken() {
+  return internal::current_cancellation_token;
+}
 
 // Makes token (null: none) current on this thread for the scope's lifetime, then restores the
 // previous one. Borrows the token, which must outlive the scope. Not movable; nest freely.
 class CancellationScope {
  public:
-  explicit CancellationScope(const CancellationToken* token);
-  ~CancellationScope();
+  explicit CancellationScope(const CancellationToken* token)
+      : previous_(internal::current_cancellation_token) {
+    internal::current_cancellation_token = token;
+  }
+  ~CancellationScope() { internal::current_cancellation_token = previous_; }
   CancellationScope(const CancellationScope&) = delete;
   CancellationScope& operator=(const CancellationScope&) = delete;
 
