@@ -20,22 +20,10 @@ namespace gradserve::autograd {
 class Node;
 
 struct AutogradMeta final : AutogradMetaInterface {
-  bool requires_grad() const override { return requires_grad_ || grad_fn_ != nullptr; }
-  void set_requires_grad(bool requires_grad) override { requires_grad_ = requires_grad; }
-  const std::shared_ptr<Node>& grad_fn() const override { return grad_fn_; }
-  uint32_t output_nr() const override { return output_nr_; }
+  // grad_fn_, output_nr_, requires_grad_ and name_ are the interface's plain data (Note [Hot
+  // metadata is plain data]).
   Tensor grad() const override;
   void set_grad(Tensor grad) override;
-  const std::string& name() const override { return name_; }
-  void set_name(std::string name) override { name_ = std::move(name); }
-
-  // The Node whose output_nr_-th output this tensor is; null for leaves. Set once, when the op
-  // that made the tensor records it.
-  std::shared_ptr<Node> grad_fn_;
-  uint32_t output_nr_ = 0;
-  // Leaves only: whether gradients flow into this tensor.
-  bool requires_grad_ = false;
-  std::string name_;
 
   // Guards a leaf's gradient state against concurrent backward passes.
   mutable Mutex mutex_;
