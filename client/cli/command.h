@@ -22,8 +22,8 @@ struct Command {
   std::string name;     // "grad"
   std::string summary;  // one line for `gradserve --help`
   std::string usage;    // the head of `gradserve NAME --help`
-  // The flags the command reads (without "--"), described by its --help. --target and
-  // --timeout, read by every command that calls the server, are listed here too.
+  // The flags the command reads (without "--"), described by its --help. The flags every
+  // command that calls the server reads (ConnectionFlags) are listed here too.
   std::vector<std::string> flags;
   // Runs with the positional arguments (flags already parsed); returns the exit code.
   std::function<int(const std::vector<std::string>& args)> run;
@@ -35,8 +35,16 @@ Command HealthCommand();
 Command PingCommand();
 
 // Shared by the commands that call the server (common.cc).
-// A client for --target.
-std::unique_ptr<client::Client> ConnectFromFlags();
+// own plus the flags of the connection: --target, --timeout, --tls, --tls_ca, --tls_cert,
+// --tls_key and --token_file.
+std::vector<std::string> ConnectionFlags(std::vector<std::string> own);
+// The credentials of the connection flags (and GRADSERVE_TOKEN when --token_file is not
+// given): INVALID_ARGUMENT or NOT_FOUND naming the flag.
+absl::StatusOr<client::ClientOptions> ClientOptionsFromFlags();
+// A client for target (default --target) with ClientOptionsFromFlags; null after printing
+// "gradserve COMMAND: <why>" when the connection flags are wrong (exit kExitUsage then).
+std::unique_ptr<client::Client> ConnectFromFlags(const std::string& command,
+                                                 const std::string& target = "");
 // A deadline of --timeout.
 client::CallOptions CallOptionsFromFlags();
 // Prints "gradserve WHAT: CODE: message" to stderr; returns kExitFailure.

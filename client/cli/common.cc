@@ -1,19 +1,75 @@
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/time/time.h"
 #include "client/cli/command.h"
+#include "client/library/channel_credentials.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "The server, host:port.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
           "Deadline of each call (e.g. 500ms, 30s, 5m); the server stops the work when it "
           "passes. 'inf' for none.");
+ABSL_FLAG(bool, tls, false,
+          "Connect with TLS, checking the server's certificate against the system's CAs (or "
+          "--tls_ca's). Implied by --tls_ca, --tls_cert and --tls_key.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM file of the CA(s) the server's certificate must chain to (TLS).");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM file of this client's certificate chain, for a server that requires client "
+          "certificates (mutual TLS); with --tls_key.");
+ABSL_FLAG(std::string, tls_key, "", "PEM file of --tls_cert's private key.");
+ABSL_FLAG(std::string, token_file, "",
+          "File whose first line is this client's bearer token, sent as 'authorization: "
+          "Bearer TOKEN' (TLS only). Empty: the environment variable GRADSERVE_TOKEN, if set.");
 
 namespace gradserve::cli {
 
-std::unique_ptr<client::Client> ConnectFromFlags() {
-  return client::Client::Connect(absl::GetFlag(FLAGS_target));
+std::vector<std::string> ConnectionFlags(std::vector<std::string> own) {
+  for (const char* flag :
+       {"target", "timeout", "tls", "tls_ca", "tls_cert", "tls_key", "token_file"}) {
+    own.push_back(flag);
+  }
+  return own;
+}
+
+absl::StatusOr<client::ClientOptions> ClientOptionsFromFlags() {
+  client::ChannelSecurity security;
+  security.tls = absl::GetFlag(FLAGS_tls);
+  security.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
+  security.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  security.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  if (const std::string file = absl::GetFlag(FLAGS_token_file); !file.empty()) {
+    absl::StatusOr<std::string> token = client::ReadTokenFile(file, "--token_file");
+    if (!token.ok()) return token.status();
+    security.token = *std::move(token);
+  } else if (const char* env = std::getenv("GRADSERVE_TOKEN"); env != nullptr && *env != 0) {
+    security.token = env;
+    if (!client::IsValidToken(security.token)) {
+      return absl::InvalidArgumentError("GRADSERVE_TOKEN must be printable ASCII without spaces");
+    }
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      client::MakeChannelCredentials(security);
+  if (!credentials.ok()) return credentials.status();
+  client::ClientOptions options;
+  options.credentials = *std::move(credentials);
+  return options;
+}
+
+std::unique_ptr<client::Client> ConnectFromFlags(const std::string& command,
+                                                 const std::string& target) {
+  absl::StatusOr<client::ClientOptions> options = ClientOptionsFromFlags();
+  if (!options.ok()) {
+    std::fprintf(stderr, "gradserve %s: %s\n", command.c_str(),
+                 std::string(options.status().message()).c_str());
+    return nullptr;
+  }
+  return client::Client::Connect(target.empty() ? absl::GetFlag(FLAGS_target) : target,
+                                 *std::move(options));
 }
 
 client::CallOptions CallOptionsFromFlags() {

@@ -82,7 +82,8 @@ int RunGrad(const std::vector<std::string>& args) {
     request.set_request_id(id);
   }
 
-  std::unique_ptr<client::Client> client = ConnectFromFlags();
+  std::unique_ptr<client::Client> client = ConnectFromFlags("grad");
+  if (client == nullptr) return kExitUsage;
   absl::StatusOr<client::v1::GradResponse> response =
       client->ComputeGradients(request, CallOptionsFromFlags());
   if (!response.ok()) return ReportError("grad", response.status());
@@ -109,15 +110,13 @@ int RunGrad(const std::vector<std::string>& args) {
 
 Command GradCommand() {
   return Command{
-      "grad",
-      "send a GradRequest written in protobuf JSON; print the gradients",
+      "grad", "send a GradRequest written in protobuf JSON; print the gradients",
       "Usage: gradserve grad [--target=HOST:PORT] [--output=FILE.json] FILE.json\n\n"
       "Sends the GradRequest in FILE.json ('-' for stdin; protobuf JSON, see examples/ and\n"
       "proto/gradserve/v1/) and prints each call's gradients, or with --output writes the\n"
       "GradResponse as JSON. Requests too large for one message are streamed. Exit code 0 on\n"
       "success, 1 when the call fails (its gRPC status is printed), 2 for bad arguments.",
-      {"target", "timeout", "output", "max_elements", "request_id"},
-      RunGrad};
+      ConnectionFlags({"output", "max_elements", "request_id"}), RunGrad};
 }
 
 }  // namespace gradserve::cli

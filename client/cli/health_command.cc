@@ -17,8 +17,10 @@ int RunHealth(const std::vector<std::string>& args) {
     std::fprintf(stderr, "gradserve health: takes no arguments; see --help\n");
     return kExitUsage;
   }
+  std::unique_ptr<client::Client> client = ConnectFromFlags("health");
+  if (client == nullptr) return kExitUsage;
   absl::StatusOr<std::string> status =
-      ConnectFromFlags()->CheckHealth(absl::GetFlag(FLAGS_service), CallOptionsFromFlags());
+      client->CheckHealth(absl::GetFlag(FLAGS_service), CallOptionsFromFlags());
   if (!status.ok()) return ReportError("health", status.status());
   std::printf("%s\n", status->c_str());
   return *status == "SERVING" ? kExitOk : kExitFailure;
@@ -27,12 +29,10 @@ int RunHealth(const std::vector<std::string>& args) {
 }  // namespace
 
 Command HealthCommand() {
-  return Command{"health",
-                 "ask the server's health service (exit 0 if SERVING)",
+  return Command{"health", "ask the server's health service (exit 0 if SERVING)",
                  "Usage: gradserve health [--target=HOST:PORT] [--service=NAME]\n\n"
                  "Prints SERVING, NOT_SERVING or the call's error; exits 0 only if SERVING.",
-                 {"target", "timeout", "service"},
-                 RunHealth};
+                 ConnectionFlags({"service"}), RunHealth};
 }
 
 }  // namespace gradserve::cli

@@ -75,8 +75,9 @@ int RunInfo(const std::vector<std::string>& args) {
     std::fprintf(stderr, "gradserve info: takes no arguments; see --help\n");
     return kExitUsage;
   }
-  absl::StatusOr<client::v1::ServerInfo> info =
-      ConnectFromFlags()->GetServerInfo(CallOptionsFromFlags());
+  std::unique_ptr<client::Client> client = ConnectFromFlags("info");
+  if (client == nullptr) return kExitUsage;
+  absl::StatusOr<client::v1::ServerInfo> info = client->GetServerInfo(CallOptionsFromFlags());
   if (!info.ok()) return ReportError("info", info.status());
   if (absl::GetFlag(FLAGS_json)) {
     std::string text;
@@ -94,11 +95,9 @@ int RunInfo(const std::vector<std::string>& args) {
 }  // namespace
 
 Command InfoCommand() {
-  return Command{"info",
-                 "print the server's version, limits, devices, ops and counters",
+  return Command{"info", "print the server's version, limits, devices, ops and counters",
                  "Usage: gradserve info [--target=HOST:PORT] [--ops] [--json]",
-                 {"target", "timeout", "ops", "json"},
-                 RunInfo};
+                 ConnectionFlags({"ops", "json"}), RunInfo};
 }
 
 }  // namespace gradserve::cli

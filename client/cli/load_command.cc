@@ -66,11 +66,12 @@ std::vector<std::string> Targets() {
 
 // The first target's one-message limit, for --transport=auto; gRPC's default 4 MiB if it
 // cannot say.
-int64_t ServerMaxMessageBytes(const std::string& target) {
+int64_t ServerMaxMessageBytes(const std::string& target,
+                              const client::ClientOptions& client_options) {
   client::CallOptions options;
   options.timeout = absl::Seconds(10);
   absl::StatusOr<client::v1::ServerInfo> info =
-      client::Client::Connect(target)->GetServerInfo(options);
+      client::Client::Connect(target, client_options)->GetServerInfo(options);
   if (info.ok() && info->limits().max_message_bytes() > 0) {
     return info->limits().max_message_bytes();
   }
@@ -89,6 +90,9 @@ int RunLoadCommand(const std::vector<std::string>& args) {
   options.warmup = absl::GetFlag(FLAGS_warmup);
   options.call_timeout = absl::GetFlag(FLAGS_timeout);
   options.max_duration = absl::GetFlag(FLAGS_max_duration);
+  absl::StatusOr<client::ClientOptions> client_options = ClientOptionsFromFlags();
+  if (!client_options.ok()) return UsageError(std::string(client_options.status().message()));
+  options.credentials = client_options->credentials;
   if (absl::Status s = load::ValidateLoadOptions(options); !s.ok()) {
     return UsageError(std::string(s.message()));
   }
@@ -102,7 +106,7 @@ int RunLoadCommand(const std::vector<std::string>& args) {
   spec.transport = absl::GetFlag(FLAGS_transport);
   const bool grad = spec.scenario != "ping" && spec.scenario != "echo";
   if (grad && spec.transport == "auto") {
-    spec.max_message_bytes = ServerMaxMessageBytes(options.targets.front());
+    spec.max_message_bytes = ServerMaxMessageBytes(options.targets.front(), *client_options);
   }
   absl::StatusOr<load::Workload> workload = load::MakeWorkload(spec);
   if (!workload.ok()) return UsageError(std::string(workload.status().message()));
@@ -134,8 +138,7 @@ int RunLoadCommand(const std::vector<std::string>& args) {
 
 Command LoadCommand() {
   return Command{
-      "load",
-      "load-test servers: latency percentiles, rate, bytes, errors",
+      "load", "load-test servers: latency percentiles, rate, bytes, errors",
       absl::StrCat(
           "Usage: gradserve load --scenario=NAME | --request_file=FILE.json\n"
           "         [--target=HOST:PORT[,HOST:PORT...]] [--concurrency=N] [--connections=N]\n"
@@ -150,9 +153,9 @@ Command LoadCommand() {
           "A live progress line is drawn on stderr when it is a terminal (not with --quiet).\n"
           "Exit code 0 when every measured call succeeded, 1 when some failed or the run was\n"
           "cut short (the report is printed either way), 2 for bad arguments."),
-      {"target", "timeout", "scenario", "request_file", "payload_bytes", "concurrency",
-       "connections", "rate", "requests", "duration", "warmup", "max_duration", "transport",
-       "format", "html", "quiet"},
+      ConnectionFlags({"scenario", "request_file", "payload_bytes", "concurrency", "connections",
+                       "rate", "requests", "duration", "warmup", "max_duration", "transport",
+                       "format", "html", "quiet"}),
       RunLoadCommand};
 }
 

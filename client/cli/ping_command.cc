@@ -26,7 +26,8 @@ int RunPing(const std::vector<std::string>& args) {
     std::fprintf(stderr, "gradserve ping: --count must be positive, --payload_bytes >= 0\n");
     return kExitUsage;
   }
-  std::unique_ptr<client::Client> client = ConnectFromFlags();
+  std::unique_ptr<client::Client> client = ConnectFromFlags("ping");
+  if (client == nullptr) return kExitUsage;
   const std::string payload(payload_bytes, 'x');
   std::vector<double> ms;
   for (int i = 0; i < count; ++i) {
@@ -49,12 +50,10 @@ int RunPing(const std::vector<std::string>& args) {
 }  // namespace
 
 Command PingCommand() {
-  return Command{"ping",
-                 "measure round trips of the cheapest call",
+  return Command{"ping", "measure round trips of the cheapest call",
                  "Usage: gradserve ping [--target=HOST:PORT] [--count=N] [--payload_bytes=N]\n\n"
                  "The first ping includes connecting.",
-                 {"target", "timeout", "count", "payload_bytes"},
-                 RunPing};
+                 ConnectionFlags({"count", "payload_bytes"}), RunPing};
 }
 
 }  // namespace gradserve::cli

@@ -100,13 +100,14 @@ LoadConnection::LoadConnection(std::string target, std::shared_ptr<grpc::Channel
     : target_(std::move(target)), channel_(std::move(channel)), generic_(channel_) {}
 
 absl::StatusOr<std::unique_ptr<LoadConnection>> LoadConnection::Open(
-    const std::string& target, absl::Duration connect_timeout) {
+    const std::string& target, absl::Duration connect_timeout,
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      target, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(), args);
   const auto deadline = std::chrono::system_clock::now() +
                         std::chrono::milliseconds(absl::ToInt64Milliseconds(connect_timeout));
   if (!channel->WaitForConnected(deadline)) {

@@ -19,6 +19,7 @@
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/security/credentials.h"
 #include "grpcpp/support/byte_buffer.h"
 
 namespace gradserve::load {
@@ -29,10 +30,11 @@ namespace gradserve::load {
 // Thread safety: after Open, every member may be used from any thread at once.
 class LoadConnection {
  public:
-  // Opens a channel to target and waits up to connect_timeout for it to connect;
-  // UNAVAILABLE naming the target if it does not.
-  static absl::StatusOr<std::unique_ptr<LoadConnection>> Open(const std::string& target,
-                                                              absl::Duration connect_timeout);
+  // Opens a channel to target with credentials (null: plaintext) and waits up to
+  // connect_timeout for it to connect; UNAVAILABLE naming the target if it does not.
+  static absl::StatusOr<std::unique_ptr<LoadConnection>> Open(
+      const std::string& target, absl::Duration connect_timeout,
+      const std::shared_ptr<grpc::ChannelCredentials>& credentials = nullptr);
 
   const std::string& target() const { return target_; }
   grpc::GenericStub& generic() { return generic_; }

@@ -216,7 +216,7 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options, const Workload& w
   for (int c = 0; c < options.connections; ++c) {
     for (const std::string& target : options.targets) {
       absl::StatusOr<std::unique_ptr<LoadConnection>> connection =
-          LoadConnection::Open(target, connect_timeout);
+          LoadConnection::Open(target, connect_timeout, options.credentials);
       if (!connection.ok()) return connection.status();
       connections.push_back(std::move(*connection));
     }

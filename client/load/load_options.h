@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "grpcpp/security/credentials.h"
 
 namespace gradserve::load {
 
@@ -47,6 +48,9 @@ struct LoadOptions {
   absl::Duration call_timeout = absl::Seconds(60);
   // The whole run, warm-up included, ends by then (Note [Bounded load]).
   absl::Duration max_duration = absl::Minutes(10);
+  // What every connection is made with (client/library/channel_credentials.h: TLS, mutual TLS,
+  // a token); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 // INVALID_ARGUMENT naming the first option that is missing or out of range.

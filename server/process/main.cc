@@ -27,6 +27,7 @@
 #include "program/process_start.h"
 #include "server/base/log.h"
 #include "server/process/devices_flag.h"
+#include "server/security/security_options.h"
 #include "server/service/grad_server.h"
 #include "server/service/server_info.h"
 #include "server/service/server_options.h"
@@ -129,6 +130,34 @@ ABSL_FLAG(absl::Duration, min_client_ping_interval, kDefaults.min_client_ping_in
 ABSL_FLAG(int64_t, max_concurrent_streams, kDefaults.max_concurrent_streams,
           "Calls (HTTP/2 streams) at once on one connection, health watches included; a client "
           "queues more until one ends.");
+// Note [Who may call] in server/security/token_auth.h, docs/security.md.
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM file of the server's certificate chain: TLS on the serving port (with "
+          "--tls_key). Re-read when it changes (every --reload_interval), no restart needed. "
+          "Empty: plaintext.");
+ABSL_FLAG(std::string, tls_key, "", "PEM file of --tls_cert's private key (unencrypted).");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM file of the CAs that sign client certificates: mutual TLS, a connection without "
+          "a client certificate signed by one of them is refused. Needs --tls_cert. Re-read "
+          "when it changes.");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "File of the clients' bearer tokens, one per line: NAME TENANT SHA256_HEX [METHODS] "
+          "(METHODS: comma-separated grad, info, reflection or all; default grad), the SHA-256 "
+          "as `printf %s TOKEN | sha256sum` prints it. Every call but health's then needs "
+          "'authorization: Bearer TOKEN'. Reloaded when it changes. Needs --tls_cert. Empty: "
+          "no tokens.");
+ABSL_FLAG(absl::Duration, reload_interval, kDefaults.security.reload_interval,
+          "How often the TLS files and --auth_tokens_file are checked for changes.");
+ABSL_FLAG(int64_t, tenant_max_in_flight, kDefaults.security.tenant_max_in_flight,
+          "With --auth_tokens_file: requests one tenant may have admitted at once; more are "
+          "refused with RESOURCE_EXHAUSTED naming the tenant. 0: half of --max_in_flight.");
+ABSL_FLAG(double, tenant_memory_share, kDefaults.security.tenant_memory_share,
+          "With --auth_tokens_file: the share, in (0, 1], of --max_server_memory_bytes that one "
+          "tenant's requests may hold together.");
+ABSL_FLAG(std::string, admin_listen, "",
+          "host:port of a plaintext admin address serving health, reflection and "
+          "GetServerInfo (which then leaves the serving port unless tokens allow it there). "
+          "Keep it on loopback or the pod's network. Empty: none.");
 
 namespace gradserve::server {
 namespace {
@@ -166,6 +195,14 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.max_concurrent_streams = absl::GetFlag(FLAGS_max_concurrent_streams);
   o.limits.max_name_bytes = absl::GetFlag(FLAGS_max_name_bytes);
   o.log_refusals_per_second = absl::GetFlag(FLAGS_log_refusals_per_second);
+  o.security.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  o.security.tls_key = absl::GetFlag(FLAGS_tls_key);
+  o.security.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  o.security.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
+  o.security.reload_interval = absl::GetFlag(FLAGS_reload_interval);
+  o.security.tenant_max_in_flight = absl::GetFlag(FLAGS_tenant_max_in_flight);
+  o.security.tenant_memory_share = absl::GetFlag(FLAGS_tenant_memory_share);
+  o.security.admin_listen = absl::GetFlag(FLAGS_admin_listen);
   return o;
 }
 
@@ -306,7 +343,10 @@ int Main() {
   absl::StatusOr<std::unique_ptr<GradServer>> server = GradServer::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "gradserve-server: %s\n", std::string(server.status().message()).c_str());
-    return 1;
+    // A TLS or token file that is missing or wrong is a bad flag value too.
+    const absl::StatusCode code = server.status().code();
+    return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ? 2
+                                                                                             : 1;
   }
   std::string host = options.listen_address.substr(0, options.listen_address.rfind(':'));
   // The sizing first: "listening on" is the line that tells scripts the server is up.
@@ -319,6 +359,17 @@ int Main() {
       absl::FormatDuration(options.keepalive_timeout), "), client pings at most every ",
       absl::FormatDuration(options.min_client_ping_interval), ", ", options.max_concurrent_streams,
       " streams each"));
+  LogLine((*server)->security_line());
+  if (const std::string warning =
+          ExposureWarning(absl::StrCat(host, ":", (*server)->port()), options.security);
+      !warning.empty()) {
+    LogLine(warning);
+  }
+  if ((*server)->admin_port() != 0) {
+    const std::string& admin = options.security.admin_listen;
+    LogLine(absl::StrCat("admin address (health, reflection, GetServerInfo; plaintext): ",
+                         admin.substr(0, admin.rfind(':')), ":", (*server)->admin_port()));
+  }
   LogLine(absl::StrCat("listening on ", host, ":", (*server)->port(), " (version ", ServerVersion(),
                        ", malloc ", gradserve::kProcessMallocName, ")"));
   LogLine(absl::StrCat("limits: ", DescribeLimits(DescribeServer(options).limits())));

@@ -59,8 +59,29 @@ gpr_timespec GprTime(absl::Time t) {
 
 }  // namespace
 
+// Note [The admin address]: GetServerInfo, from the serving port's GradService.
+class GradServer::AdminService final : public v1::GradService::CallbackService {
+ public:
+  explicit AdminService(const GradService* service) : service_(service) {}
+
+  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
+                                          const v1::ServerInfoRequest* /*request*/,
+                                          v1::ServerInfo* response) override {
+    *response = service_->Info();
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+ private:
+  const GradService* const service_;
+};
+
 absl::StatusOr<std::unique_ptr<GradServer>> GradServer::Start(const ServerOptions& options) {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  // Note [Who may call]: read before the port is bound, so that bad files fail the start.
+  absl::StatusOr<ServerSecurity> security = SetUpSecurity(options.security);
+  if (!security.ok()) return security.status();
   // Note [Our own listening socket]: bound here, not by gRPC.
   absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Bind(options.listen_address);
   if (!listener.ok()) return listener.status();
@@ -81,20 +102,21 @@ absl::StatusOr<std::unique_ptr<GradServer>> GradServer::Start(const ServerOption
       CacheBytes(memory, static_cast<int64_t>(chunking::BufferPool::kPoolBytes))));
 
   std::unique_ptr<GradServer> server(new GradServer);
+  server->security_ = *std::move(security);
   server->memory_line_ = absl::StrFormat(
       "memory: %s for requests (--max_server_memory_bytes), %s for gRPC's buffers "
       "(--grpc_memory_bytes), of %s (%s); reuse caches at most %s and %s",
       Mib(resolved.max_server_memory_bytes), Mib(resolved.grpc_memory_bytes), Mib(memory.bytes),
       memory.source, Mib(CacheBytes(memory, int64_t{256} << 20)),
       Mib(CacheBytes(memory, static_cast<int64_t>(chunking::BufferPool::kPoolBytes))));
-  server->service_ = std::make_unique<GradService>(resolved);
+  server->service_ = std::make_unique<GradService>(resolved, server->security_.auth);
   server->listener_ = *std::move(listener);
 
   grpc::ServerBuilder builder;
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor =
       builder.experimental().AddExternalConnectionAcceptor(
           grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
-          grpc::InsecureServerCredentials());
+          server->security_.credentials);
   grpc::ResourceQuota quota("gradserve");
   quota.Resize(static_cast<size_t>(resolved.grpc_memory_bytes));
   builder.SetResourceQuota(quota);
@@ -119,6 +141,18 @@ absl::StatusOr<std::unique_ptr<GradServer>> GradServer::Start(const ServerOption
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(options.max_concurrent_streams));
+  if (!options.security.admin_listen.empty()) {  // Note [The admin address]
+    server->admin_service_ = std::make_unique<AdminService>(server->service_.get());
+    grpc::ServerBuilder admin;
+    admin.AddListeningPort(options.security.admin_listen, grpc::InsecureServerCredentials(),
+                           &server->admin_port_);
+    admin.RegisterService(server->admin_service_.get());
+    server->admin_server_ = admin.BuildAndStart();
+    if (server->admin_server_ == nullptr || server->admin_port_ == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on --admin_listen ", options.security.admin_listen));
+    }
+  }
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr) {
     return absl::UnavailableError(
@@ -139,8 +173,11 @@ bool GradServer::Shutdown(absl::Duration grace) {
   const absl::Time deadline = absl::Now() + grace;
   // Note [Draining], steps 1 to 3.
   listener_->Stop();
-  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
-    health->Shutdown();  // NOT_SERVING for every service, for good
+  for (grpc::Server* s : {server_.get(), admin_server_.get()}) {
+    if (s == nullptr) continue;
+    if (grpc::HealthCheckServiceInterface* health = s->GetHealthCheckService()) {
+      health->Shutdown();  // NOT_SERVING for every service, for good
+    }
   }
   // GOAWAY now, through gRPC's C API: grpc::Server::Shutdown sends it too, but then waits
   // until its deadline while a health Watch is open (step 5). The queue is the C one, since a
@@ -175,6 +212,10 @@ bool GradServer::Shutdown(absl::Duration grace) {
   // waits for the cancelled calls' reactors, and releases what the C++ server holds.
   server_->Shutdown(absl::ToChronoTime(absl::Now()));
   server_->Wait();
+  if (admin_server_ != nullptr) {
+    admin_server_->Shutdown(absl::ToChronoTime(absl::Now()));
+    admin_server_->Wait();
+  }
   grpc_completion_queue_shutdown(shutdown_queue);
   while (grpc_completion_queue_next(shutdown_queue, gpr_inf_future(GPR_CLOCK_REALTIME), nullptr)
              .type != GRPC_QUEUE_SHUTDOWN) {

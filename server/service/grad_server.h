@@ -1,6 +1,17 @@
 // GradServer: the gRPC server around GradService, with the standard health service
 // (grpc.health.v1) and server reflection, bounds on its connections and a graceful shutdown.
 //
+// Note [The admin address]
+// The serving port answers health to anyone (probes need no secret) and, with a token file,
+// reflection and GetServerInfo only to clients allowed `reflection` or `info` (Note [Who may
+// call] in server/security/token_auth.h). --admin_listen (off by default) adds a second,
+// plaintext address with health, reflection and GetServerInfo, for probes, operators and, later,
+// metrics on the loopback or the pod's network; a NetworkPolicy keeps it there
+// (deploy/k8s/networkpolicy.yaml). With it and no token file, GetServerInfo moves there: the
+// serving port answers it PERMISSION_DENIED. Reflection, which gRPC installs on every server,
+// stays on the serving port too (it describes proto/, which is public); a token file guards it
+// there.
+//
 // Note [Connection limits]
 // A client's connections cost the server a file descriptor and gRPC's buffers each, and its
 // streams cost memory, whether or not it ever sends a grad call; gRPC's defaults bound none
@@ -80,6 +91,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
+#include "server/security/server_security.h"
 #include "server/service/grad_service.h"
 #include "server/service/listener.h"
 #include "server/service/server_options.h"
@@ -98,6 +110,10 @@ class GradServer {
 
   // The port actually bound (the chosen one when the address asked for port 0).
   int port() const { return port_; }
+  // The admin address's port (Note [The admin address]); 0 without --admin_listen.
+  int admin_port() const { return admin_port_; }
+  // For the start-up log: "tls: on; tokens: 3 clients of 2 tenants; ..." (SetUpSecurity).
+  const std::string& security_line() const { return security_.description; }
   // The server's memory sizing, for the start-up log: "memory: 14.1 GiB for requests
   // (--max_server_memory_bytes), ... of 23.5 GiB (physical memory)".
   const std::string& memory_line() const { return memory_line_; }
@@ -116,10 +132,16 @@ class GradServer {
  private:
   GradServer() = default;
 
-  std::unique_ptr<GradService> service_;  // outlives server_
+  class AdminService;
+
+  ServerSecurity security_;               // the serving port's credentials and TokenAuth
+  std::unique_ptr<GradService> service_;  // outlives server_ and admin_server_
   std::unique_ptr<Listener> listener_;    // stopped before server_ shuts down
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<AdminService> admin_service_;  // outlives admin_server_
+  std::unique_ptr<grpc::Server> admin_server_;   // null without --admin_listen
   int port_ = 0;
+  int admin_port_ = 0;
   std::string memory_line_;
   bool shut_down_ = false;
   bool drained_ = false;  // what Shutdown returned

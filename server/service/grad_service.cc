@@ -39,6 +39,12 @@ void CancelWork(autograd::CancellationToken& token) {
   }
 }
 
+// " tenant=NAME" for a request log line, or nothing without a token file. The name is the
+// operator's (Note [The token file]); the token is never logged.
+std::string TenantField(const Tenant* tenant) {
+  return tenant == nullptr ? "" : absl::StrCat(" tenant=", tenant->name());
+}
+
 // Finishes a call before its handler returns, with gRPC's default reactor, as Ping does.
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
                                     const grpc::Status& status) {
@@ -99,12 +105,19 @@ class GradService::StreamGradReactor final
         context_(context),
         cancel_(MakeToken(context)),
         received_at_(absl::Now()) {
+    absl::StatusOr<Tenant*> tenant = service->TenantOf(context);
+    if (!tenant.ok()) {
+      service->Reject("", "stream", nullptr, tenant.status());
+      Finish(ToGrpcStatus(tenant.status()));
+      return;
+    }
+    tenant_ = *tenant;
     if (absl::Status begun = service->uploads_.Begin(this); !begun.ok()) {
-      service->Reject("", "stream", begun);
+      service->Reject("", "stream", tenant_, begun);
       Finish(ToGrpcStatus(begun));
       return;
     }
-    received_.memory() = MemoryReservation(service->memory_);
+    received_.memory() = MemoryReservation(service->BudgetOf(tenant_));
     *chunk_.mutable_data() = chunking::BufferPool::Default().Take();
     StartNextRead();
   }
@@ -179,7 +192,7 @@ class GradService::StreamGradReactor final
         absl::StrCat("the streamed request made no progress for ",
                      absl::FormatDuration(service_->uploads_.idle_timeout()),
                      " (--upload_idle_timeout); the call was ended"));
-    service_->Reject("", "stream", status);
+    service_->Reject("", "stream", tenant_, status);
     // Legal with a read outstanding: it then completes with ok false (and is ignored).
     Finish(ToGrpcStatus(status));
     return true;
@@ -202,7 +215,7 @@ class GradService::StreamGradReactor final
       FailUpload(absl::CancelledError("the client cancelled the call while sending it"));
       return;
     }
-    if (absl::Status admitted = service_->Admit(); !admitted.ok()) {
+    if (absl::Status admitted = service_->Admit(tenant_); !admitted.ok()) {
       FailUpload(admitted);
       return;
     }
@@ -212,6 +225,7 @@ class GradService::StreamGradReactor final
     }
     Job job;
     job.rpc = "stream";
+    job.tenant = tenant_;
     job.received = received_at_;
     job.request = &request_;
     job.response = &response_;
@@ -241,14 +255,14 @@ class GradService::StreamGradReactor final
   void FailUpload(const absl::Status& status) {
     service_->uploads_.End(this);
     received_.Clear();
-    service_->Reject(request_.request_id(), "stream", status);
+    service_->Reject(request_.request_id(), "stream", tenant_, status);
     Finish(ToGrpcStatus(status));
   }
 
   // Ends an admitted call that did not reach a worker.
   void FailEarly(const absl::Status& status) {
-    service_->Release(request_.request_id(), "stream", status, received_at_, 0, received_.size(),
-                      0);
+    service_->Release(request_.request_id(), "stream", tenant_, status, received_at_, 0,
+                      received_.size(), 0);
     received_.Clear();
     Finish(ToGrpcStatus(status));
   }
@@ -271,6 +285,7 @@ class GradService::StreamGradReactor final
   grpc::CallbackServerContext* const context_;
   const std::shared_ptr<autograd::CancellationToken> cancel_;
   const absl::Time received_at_;
+  Tenant* tenant_ = nullptr;  // set by the constructor; null without a token file
   // Guards what the reaper reads (Note [Uploads apart from work]).
   Mutex mutex_;
   bool reading_ ABSL_GUARDED_BY(mutex_) = false;  // a read is outstanding
@@ -288,7 +303,7 @@ class GradService::StreamGradReactor final
   size_t next_ = 0;               // the chunk of out_ to write next
 };
 
-GradService::GradService(ServerOptions options)
+GradService::GradService(ServerOptions options, std::shared_ptr<TokenAuth> auth)
     : options_(std::move(options)),
       started_(absl::Now()),
       info_(DescribeServer(options_)),
@@ -297,10 +312,21 @@ GradService::GradService(ServerOptions options)
                                          ? options_.max_server_memory_bytes
                                          : DefaultServerMemoryBytes(DetectMemory()))),
       uploads_(options_.max_uploads, options_.upload_idle_timeout),
+      auth_(std::move(auth)),
       pool_(std::make_unique<WorkerPool>(
           options_.worker_threads > 0
               ? options_.worker_threads
-              : std::max(1, static_cast<int>(std::thread::hardware_concurrency())))) {}
+              : std::max(1, static_cast<int>(std::thread::hardware_concurrency())))) {
+  if (auth_ != nullptr) {  // Note [Tenants' shares]
+    const SecurityOptions& security = options_.security;
+    tenants_ = std::make_unique<Tenants>(
+        security.tenant_max_in_flight > 0 ? security.tenant_max_in_flight
+                                          : std::max<int64_t>(1, options_.max_in_flight / 2),
+        std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(memory_->limit()) *
+                                                  security.tenant_memory_share)),
+        memory_);
+  }
+}
 
 GradService::~GradService() {
   pool_.reset();
@@ -311,29 +337,35 @@ grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerCont
                                                         const grpc::ByteBuffer* request,
                                                         grpc::ByteBuffer* response) {
   const absl::Time received = absl::Now();
+  absl::StatusOr<Tenant*> tenant = TenantOf(context);
+  if (!tenant.ok()) {
+    Reject(UnaryMessages::PeekRequestId(*request), "unary", nullptr, tenant.status());
+    return FinishNow(context, ToGrpcStatus(tenant.status()));
+  }
   // Admitted before it is parsed: a full or draining server refuses a call without spending
   // the parse's time and memory on it; its log line has the request id read from the bytes.
-  if (absl::Status admitted = Admit(); !admitted.ok()) {
-    Reject(UnaryMessages::PeekRequestId(*request), "unary", admitted);
+  if (absl::Status admitted = Admit(*tenant); !admitted.ok()) {
+    Reject(UnaryMessages::PeekRequestId(*request), "unary", *tenant, admitted);
     return FinishNow(context, ToGrpcStatus(admitted));
   }
   // The parsed request holds about as many bytes as the serialized one (Note [Request flow]).
-  MemoryReservation request_memory(memory_);
+  MemoryReservation request_memory(BudgetOf(*tenant));
   if (absl::Status s = request_memory.Grow(static_cast<int64_t>(request->Length())); !s.ok()) {
     const absl::Status refused = absl::ResourceExhaustedError(
         absl::StrCat("the server cannot hold this request now: ", s.message()));
-    Release(UnaryMessages::PeekRequestId(*request), "unary", refused, received, 0,
+    Release(UnaryMessages::PeekRequestId(*request), "unary", *tenant, refused, received, 0,
             static_cast<int64_t>(request->Length()), 0);
     return FinishNow(context, ToGrpcStatus(refused));
   }
   UnaryMessages::Ptr messages = UnaryMessages::Take();
   if (const absl::Status parsed = messages->ParseRequest(*request); !parsed.ok()) {
-    Release(UnaryMessages::PeekRequestId(*request), "unary", parsed, received, 0,
+    Release(UnaryMessages::PeekRequestId(*request), "unary", *tenant, parsed, received, 0,
             messages->request_bytes(), 0);
     return FinishNow(context, ToGrpcStatus(parsed));
   }
   Job job;
   job.rpc = "unary";
+  job.tenant = *tenant;
   job.received = received;
   job.request = &messages->request();
   job.response = messages->response();
@@ -362,9 +394,30 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GradService::Comput
 grpc::ServerUnaryReactor* GradService::GetServerInfo(grpc::CallbackServerContext* context,
                                                      const v1::ServerInfoRequest* /*request*/,
                                                      v1::ServerInfo* response) {
-  *response = info_;
-  *response->mutable_counters() = counters();
+  if (!options_.security.admin_listen.empty() && auth_ == nullptr) {
+    // Moved to the admin address; with tokens, TokenAuth decides (Note [Who may call]).
+    return FinishNow(context, grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                           "GetServerInfo is served on the admin address "
+                                           "(--admin_listen), not on this port"));
+  }
+  *response = Info();
   return FinishNow(context, grpc::Status::OK);
+}
+
+v1::ServerInfo GradService::Info() const {
+  v1::ServerInfo info = info_;
+  *info.mutable_counters() = counters();
+  return info;
+}
+
+absl::StatusOr<Tenant*> GradService::TenantOf(const grpc::CallbackServerContext* context) {
+  if (auth_ == nullptr) return nullptr;
+  const std::string name = auth_->TenantOf(context->client_metadata());
+  if (name.empty()) {
+    return absl::UnauthenticatedError(
+        "the bearer token is not one of this server's clients' (revoked)");
+  }
+  return tenants_->Get(name);
 }
 
 grpc::ServerUnaryReactor* GradService::Ping(grpc::CallbackServerContext* context,
@@ -374,15 +427,20 @@ grpc::ServerUnaryReactor* GradService::Ping(grpc::CallbackServerContext* context
   return FinishNow(context, grpc::Status::OK);
 }
 
-absl::Status GradService::Admit() {
+absl::Status GradService::Admit(Tenant* tenant) {
   requests_total_.fetch_add(1, std::memory_order_relaxed);
   auto unavailable = [] {
     return absl::UnavailableError("the server is shutting down; retry on another replica");
   };
   if (draining_.load()) return unavailable();
+  // Note [Tenants' shares]: the tenant's share first, so that a tenant over it takes no slot.
+  if (tenant != nullptr) {
+    if (absl::Status s = tenant->Admit(); !s.ok()) return s;
+  }
   int64_t n = in_flight_.load(std::memory_order_relaxed);
   do {
     if (n >= options_.max_in_flight) {
+      if (tenant != nullptr) tenant->Release();
       return absl::ResourceExhaustedError(
           absl::StrCat("the server is full: ", n, " requests in flight, the limit is ",
                        options_.max_in_flight, " (--max_in_flight); retry later"));
@@ -390,6 +448,7 @@ absl::Status GradService::Admit() {
   } while (!in_flight_.compare_exchange_weak(n, n + 1));
   // Note [Admission without a lock]: admitted, unless draining began meanwhile.
   if (draining_.load()) {
+    if (tenant != nullptr) tenant->Release();
     EndInFlight();
     return unavailable();
   }
@@ -416,7 +475,7 @@ absl::Status GradService::Run(const Job& job, RequestRunner& runner) {
   {
     // Every tensor of the request counts against the server's budget too (Note [Budgets
     // within a budget]).
-    MemoryBudgetScope server_memory(&memory_);
+    MemoryBudgetScope server_memory(&BudgetOf(job.tenant));
     status = runner.Run(*job.request, options_.limits, job.cancel, job.received, job.response,
                         job.chunked, job.deferred, job.op_records);
   }
@@ -426,15 +485,15 @@ absl::Status GradService::Run(const Job& job, RequestRunner& runner) {
         static_cast<int64_t>(job.deferred != nullptr ? job.deferred->SerializedSize(*job.response)
                                                      : job.response->ByteSizeLong());
     // The serialized response, until the runner is destroyed after the reply.
-    status = runner.ReserveResponse(bytes_out, memory_);
+    status = runner.ReserveResponse(bytes_out, BudgetOf(job.tenant));
     if (!status.ok()) bytes_out = 0;
   }
-  Release(job.request->request_id(), job.rpc, status, job.received, job.response->num_nodes(),
-          job.request_bytes, bytes_out);
+  Release(job.request->request_id(), job.rpc, job.tenant, status, job.received,
+          job.response->num_nodes(), job.request_bytes, bytes_out);
   return status;
 }
 
-void GradService::Release(const std::string& request_id, const std::string& rpc,
+void GradService::Release(const std::string& request_id, const std::string& rpc, Tenant* tenant,
                           const absl::Status& status, absl::Time received, int64_t nodes,
                           int64_t bytes_in, int64_t bytes_out) {
   (status.ok() ? requests_ok_ : requests_failed_).fetch_add(1, std::memory_order_relaxed);
@@ -450,7 +509,7 @@ void GradService::Release(const std::string& request_id, const std::string& rpc,
           "request id=", LogField(request_id), " rpc=", rpc, " status=",
           absl::StatusCodeToString(static_cast<absl::StatusCode>(grpc_status.error_code())),
           " duration_ms=", us / 1000, ".", absl::Dec(us % 1000, absl::kZeroPad3), " nodes=", nodes,
-          " bytes_in=", bytes_in, " bytes_out=", bytes_out);
+          " bytes_in=", bytes_in, " bytes_out=", bytes_out, TenantField(tenant));
       if (!status.ok()) {
         absl::StrAppend(&line, " error=", grpc_status.error_message().substr(0, 200));
       }
@@ -463,17 +522,19 @@ void GradService::Release(const std::string& request_id, const std::string& rpc,
       refusal_log_.Log(line);
     }
   }
+  if (tenant != nullptr) tenant->Release();
   EndInFlight();
 }
 
 void GradService::Reject(const std::string& request_id, const std::string& rpc,
-                         const absl::Status& status) {
+                         const Tenant* tenant, const absl::Status& status) {
   requests_rejected_.fetch_add(1, std::memory_order_relaxed);
   if (!Logs(status)) return;
   refusal_log_.Log([&] {  // Note [Refusals logged at a bounded rate]
     return absl::StrCat("request id=", LogField(request_id), " rpc=", rpc,
                         " status=", absl::StatusCodeToString(status.code()),
-                        " duration_ms=0 nodes=0 error=", ClientMessage(status.message(), 200));
+                        " duration_ms=0 nodes=0", TenantField(tenant),
+                        " error=", ClientMessage(status.message(), 200));
   });
 }
 

@@ -5,10 +5,13 @@
 // RESOURCE_EXHAUSTED at once; UNAVAILABLE after StartDraining, at the end of a drain: Note
 // [Draining] in server/service/grad_server.h); a streamed call only once it has fully
 // arrived, as an upload until then (Note [Uploads apart from work] in
-// server/limits/upload_tracker.h). What a call holds counts against the server's memory
-// budget (Note [Sizing the server's memory]): a unary request's bytes from admission, an
-// upload's as they arrive, the tensors of every request (each request's budget lies within the
-// server's), and the response while it is serialized. A unary call whose estimated work
+// server/limits/upload_tracker.h). With a token file, a call is its client's tenant's too
+// (found from its token: Note [Who may call] in server/security/token_auth.h), admitted first
+// against that tenant's share of slots, and its memory drawn from the tenant's share of the
+// budget (Note [Tenants' shares] in server/security/tenants.h). What a call holds counts against
+// the server's memory budget (Note [Sizing the server's memory]): a unary request's bytes from
+// admission, an upload's as they arrive, the tensors of every request (each request's budget lies
+// within the server's), and the response while it is serialized. A unary call whose estimated work
 // is small (Note [Inline or pool] in server/run/dispatch.h) then runs inline on gRPC's callback
 // thread, as Ping does, and finishes gRPC's default reactor before the handler returns. Any
 // other call gets a small reactor that owns itself (deleted in OnDone) and is handed to the
@@ -38,10 +41,12 @@
 #include "engine/tensor/memory_budget.h"
 #include "engine/util/mutex.h"
 #include "gradserve/v1/gradserve.grpc.pb.h"
-#include "server/limits/upload_tracker.h"
 #include "server/base/log.h"
+#include "server/limits/upload_tracker.h"
 #include "server/run/request_runner.h"
 #include "server/run/worker_pool.h"
+#include "server/security/tenants.h"
+#include "server/security/token_auth.h"
 #include "server/service/server_options.h"
 #include "server/wire/chunked_request.h"
 #include "server/wire/unary_messages.h"
@@ -64,7 +69,8 @@ class GradService final
               v1::GradService::WithCallbackMethod_GetServerInfo<
                   v1::GradService::WithCallbackMethod_Ping<v1::GradService::Service>>>> {
  public:
-  explicit GradService(ServerOptions options);
+  // auth: the token file's processor (Note [Who may call]), or null: one implicit tenant.
+  explicit GradService(ServerOptions options, std::shared_ptr<TokenAuth> auth = nullptr);
   ~GradService() override;
 
   grpc::ServerUnaryReactor* ComputeGradients(grpc::CallbackServerContext* context,
@@ -84,6 +90,8 @@ class GradService final
   // Blocks until no grad call is admitted, or timeout passes. True if none is.
   bool WaitUntilIdle(absl::Duration timeout);
   v1::Counters counters() const;
+  // What GetServerInfo answers: the static part and the counters now.
+  v1::ServerInfo Info() const;
   // Grad calls that ran inline on gRPC's thread (Note [Inline or pool]).
   int64_t requests_inline() const { return requests_inline_.load(std::memory_order_relaxed); }
   // The budget all requests draw from (Note [Sizing the server's memory]).
@@ -96,7 +104,8 @@ class GradService final
 
   // One admitted grad request on its way through the worker pool.
   struct Job {
-    std::string rpc;  // "unary" or "stream", for the log
+    std::string rpc;           // "unary" or "stream", for the log
+    Tenant* tenant = nullptr;  // null without a token file
     absl::Time received;
     const v1::GradRequest* request = nullptr;  // the call's UnaryMessages, or the reactor's
     v1::GradResponse* response = nullptr;      // likewise
@@ -116,8 +125,16 @@ class GradService final
     std::function<void(const absl::Status&)> done;
   };
 
-  // Admits a grad call (counting it in flight) or says why not.
-  absl::Status Admit();
+  // The tenant of a call (Note [Who may call]): null without a token file; with one,
+  // UNAUTHENTICATED if the call's token was revoked since TokenAuth let it in.
+  absl::StatusOr<Tenant*> TenantOf(const grpc::CallbackServerContext* context);
+  // The budget a tenant's requests draw from: its share, or the server's (tenant null).
+  const std::shared_ptr<MemoryBudget>& BudgetOf(const Tenant* tenant) const {
+    return tenant != nullptr ? tenant->memory() : memory_;
+  }
+  // Admits a grad call of tenant (may be null), counting it in flight against the tenant's
+  // share and the server's bound, or says why not.
+  absl::Status Admit(Tenant* tenant);
   // Queues an admitted job on the worker pool, where Run runs it and job.done follows.
   void Execute(Job job);
   // Runs an admitted job on this thread with runner and ends its accounting (Release); returns
@@ -126,10 +143,12 @@ class GradService final
   absl::Status Run(const Job& job, RequestRunner& runner);
   // Ends an admitted call's accounting: counters, the log line (through refusal_log_ for a
   // failure), admission released.
-  void Release(const std::string& request_id, const std::string& rpc, const absl::Status& status,
-               absl::Time received, int64_t nodes, int64_t bytes_in, int64_t bytes_out);
+  void Release(const std::string& request_id, const std::string& rpc, Tenant* tenant,
+               const absl::Status& status, absl::Time received, int64_t nodes, int64_t bytes_in,
+               int64_t bytes_out);
   // Counts and logs a call refused at admission (through refusal_log_).
-  void Reject(const std::string& request_id, const std::string& rpc, const absl::Status& status);
+  void Reject(const std::string& request_id, const std::string& rpc, const Tenant* tenant,
+              const absl::Status& status);
 
   // Lowers in_flight_ by one, waking WaitUntilIdle when it reaches 0.
   void EndInFlight();
@@ -167,6 +186,8 @@ class GradService final
 
   const std::shared_ptr<MemoryBudget> memory_;  // options_.max_server_memory_bytes
   UploadTracker uploads_;
+  const std::shared_ptr<TokenAuth> auth_;  // null without a token file
+  std::unique_ptr<Tenants> tenants_;       // likewise
 
   // Last member: destroyed first, so workers finish while the rest is alive.
   std::unique_ptr<WorkerPool> pool_;

@@ -97,7 +97,7 @@ absl::Status CheckOptions(const ServerOptions& o) {
         {"max_name_bytes", o.limits.max_name_bytes}}) {
     if (absl::Status s = Positive(name, value); !s.ok()) return s;
   }
-  return absl::OkStatus();
+  return CheckSecurityOptions(o.security);
 }
 
 }  // namespace gradserve::server

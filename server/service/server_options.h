@@ -12,6 +12,7 @@
 #include "engine/autograd/cancellation.h"
 #include "engine/graph/interpreter.h"
 #include "gradserve/v1/gradserve.pb.h"
+#include "server/security/security_options.h"
 
 namespace gradserve::server {
 
@@ -57,6 +58,9 @@ struct ServerOptions {
   int64_t log_refusals_per_second = 10;
   // Per-request limits enforced by the interpreter and by the request's validation.
   graph::Limits limits;
+  // TLS, tokens, tenants' shares and the admin address (Note [Who may call] in
+  // server/security/token_auth.h).
+  SecurityOptions security;
 
   // Connections (Note [Connection limits] in server/service/grad_server.h says what each does
   // and why its default). An infinite duration turns off idle and age limits and keepalive.
@@ -90,7 +94,7 @@ const char* LogRequestsName(ServerOptions::LogRequests value);
 absl::Status ParseLogRequests(const std::string& text, ServerOptions::LogRequests* value);
 
 // INVALID_ARGUMENT naming the first field that is out of range (non-positive sizes, a chunk
-// larger than a message).
+// larger than a message, CheckSecurityOptions' cases).
 absl::Status CheckOptions(const ServerOptions& options);
 
 }  // namespace gradserve::server
