@@ -1,5 +1,8 @@
 #include "engine/util/cancellation.h"
 
+#include <time.h>
+
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -20,7 +23,27 @@ void CancellationToken::Cancel(absl::Status reason) {
   for (auto& [id, fn] : to_run) fn();
 }
 
-absl::Status CancellationToken::Check() const {
+namespace {
+
+// The coarse time below which a deadline has surely not come (Note [A coarse clock far from the
+// deadline]).
+int64_t CoarseSafeUntil(absl::Time deadline) {
+  if (deadline == absl::InfiniteFuture()) return INT64_MAX;
+  timespec resolution;
+  clock_getres(CLOCK_MONOTONIC_COARSE, &resolution);
+  const int64_t margin = 2 * (int64_t{resolution.tv_sec} * 1000000000 + resolution.tv_nsec);
+  const int64_t left = absl::ToInt64Nanoseconds(deadline - absl::Now());  // saturates
+  if (left <= margin) return INT64_MIN;  // near or past: always the exact check
+  const int64_t now = internal::CoarseMonotonicNanos();
+  return left - margin > INT64_MAX - now ? INT64_MAX : now + (left - margin);
+}
+
+}  // namespace
+
+CancellationToken::CancellationToken(absl::Time deadline)
+    : deadline_(deadline), coarse_safe_until_(CoarseSafeUntil(deadline)) {}
+
+absl::Status CancellationToken::CheckSlow() const {
   if (cancelled_.load(std::memory_order_acquire)) {
     MutexLock lock(&mutex_);
     return reason_;

@@ -79,6 +79,31 @@ TEST(CancellationTest, TheScopeIsPerThread) {
   EXPECT_EQ(seen, nullptr);
 }
 
+// Note [A coarse clock far from the deadline]: the inline check reads a coarse clock, yet the
+// deadline comes exactly: never before absl::Now() reaches it, and at the first check after.
+TEST(CancellationTest, DeadlinesComeExactlyDespiteTheCoarseClock) {
+  for (absl::Duration ahead : {absl::Milliseconds(1), absl::Milliseconds(30)}) {
+    const absl::Time deadline = absl::Now() + ahead;
+    CancellationToken token(deadline);
+    absl::Status status;
+    while ((status = token.Check()).ok()) {
+      ASSERT_LT(absl::Now() - deadline, absl::Seconds(5)) << "the deadline never came";
+    }
+    EXPECT_GE(absl::Now(), deadline);
+    EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+    EXPECT_EQ(token.Check().code(), absl::StatusCode::kDeadlineExceeded);
+  }
+  // Far deadlines and none say OK; a cancel wins over both.
+  CancellationToken far(absl::Now() + absl::Hours(1));
+  CancellationToken none;
+  EXPECT_TRUE(far.Check().ok());
+  EXPECT_TRUE(none.Check().ok());
+  far.Cancel(absl::CancelledError("client went away"));
+  EXPECT_EQ(far.Check().code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(CancellationToken(absl::InfinitePast()).Check().code() ==
+              absl::StatusCode::kDeadlineExceeded);
+}
+
 TEST(CancellationTest, WorkMeterChecksOncePerBlockOfWork) {
   CancellationToken token = Expired();
   CancellationScope scope(&token);
