@@ -3,21 +3,38 @@
 //
 //   npm ci --prefix client/node
 //   node client/node/example.js 127.0.0.1:50051
+//   node client/node/example.js localhost:50051 --tls_ca=ca.pem --token_file=trainer-1.token
+//   node client/node/example.js localhost:50051 --tls_ca=ca.pem --tls_cert=client.pem \
+//       --tls_key=client-key.pem                  # mutual TLS; the token from GRADSERVE_TOKEN
 //
 // It sends a small graph, loss = sum(tanh(W x)^2) with float32 leaves x [3] and W [2, 3], and
 // prints the gradients of loss with respect to x and W. Tensors travel as raw little-endian,
 // row-major bytes (tensor.proto); encodeFloat32/decodeTensor do that conversion explicitly.
 //
+// Security (docs/security.md), with the options of the `gradserve` tool, by the same names:
+// tls_ca (PEM file of the CAs the server's certificate must chain to), tls_cert and tls_key
+// (this client's certificate chain and key, for mutual TLS), tls (TLS with the system's roots;
+// implied by the others), and the bearer token, sent with every call as "authorization: Bearer
+// TOKEN": token, else the first line of token_file, else the environment variable
+// GRADSERVE_TOKEN. A token needs TLS: channelCredentials throws rather than send it in
+// plaintext.
+//
 // Errors: computeGradients rejects with the gRPC error (err.code, err.details) as grpc-js gives
-// it; the command line prints "<code name>: <details>" and exits 1.
+// it: UNAUTHENTICATED for a missing or unknown token, PERMISSION_DENIED for a token not allowed
+// the call, UNAVAILABLE for a failed TLS handshake. channelCredentials throws an Error naming
+// the option for a file that cannot be read, half a key pair, or a token without TLS (never
+// quoting the token). The command line prints "<code name>: <details>" and exits 1.
 
 'use strict';
 
+const fs = require('fs');
 const path = require('path');
+const util = require('util');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 
 const PROTO_ROOT = path.resolve(__dirname, '..', '..', 'proto');
+const TOKEN_ENV = 'GRADSERVE_TOKEN';
 
 // The GradService client constructor, from the .proto files.
 function loadService() {
@@ -50,6 +67,67 @@ function decodeTensor(tensor) {
   return { shape: tensor.shape.map(Number), values };
 }
 
+// Whether token can be sent as a bearer token: printable ASCII, no spaces, not empty.
+function isValidToken(token) {
+  return typeof token === 'string' && /^[\x21-\x7e]+$/.test(token);
+}
+
+function readFile(file, option) {
+  try {
+    return fs.readFileSync(file);
+  } catch (err) {
+    throw new Error(`${option} ${file}: cannot be read (${err.code || err.message})`);
+  }
+}
+
+// The bearer token to send, or null: token if given ('' for none, the environment unread),
+// else the first line of token_file, else GRADSERVE_TOKEN if set.
+function resolveToken({ token, token_file } = {}) {
+  if (token != null && token_file != null) throw new Error('give token or token_file, not both');
+  let source = 'the token';
+  if (token == null && token_file != null) {
+    token = readFile(token_file, 'token_file').toString('utf8').split('\n')[0].trim();
+    source = `token_file ${token_file}: its first line`;
+  } else if (token == null) {
+    token = process.env[TOKEN_ENV] || '';
+    source = TOKEN_ENV;
+  }
+  if (token === '') return null;
+  if (!isValidToken(token)) throw new Error(`${source} must be printable ASCII without spaces`);
+  return token;
+}
+
+// grpc-js channel credentials for { tls, tls_ca, tls_cert, tls_key, token, token_file }:
+// insecure when none asks for TLS, else TLS (with the client's certificate for mutual TLS),
+// and the token as call credentials ("authorization: Bearer TOKEN") when there is one.
+function channelCredentials(options = {}) {
+  const { tls, tls_ca, tls_cert, tls_key } = options;
+  const token = resolveToken(options);
+  if (!(tls || tls_ca || tls_cert || tls_key)) {
+    if (token !== null) {
+      const hint = options.token == null && options.token_file == null
+        ? ` (it comes from ${TOKEN_ENV}; token: '' sends none)` : '';
+      throw new Error('a token is sent only over TLS: add tls_ca (or tls) for a server with ' +
+                      `--tls_cert${hint}`);
+    }
+    return grpc.credentials.createInsecure();
+  }
+  if (!tls_cert !== !tls_key) {
+    throw new Error(tls_cert ? 'tls_cert needs tls_key' : 'tls_key needs tls_cert');
+  }
+  const ssl = grpc.credentials.createSsl(
+    tls_ca ? readFile(tls_ca, 'tls_ca') : null,
+    tls_key ? readFile(tls_key, 'tls_key') : null,
+    tls_cert ? readFile(tls_cert, 'tls_cert') : null);
+  if (token === null) return ssl;
+  const bearer = grpc.credentials.createFromMetadataGenerator((_params, callback) => {
+    const metadata = new grpc.Metadata();
+    metadata.add('authorization', `Bearer ${token}`);
+    callback(null, metadata);
+  });
+  return grpc.credentials.combineChannelCredentials(ssl, bearer);
+}
+
 // The example's inputs, shared with its test.
 const X = [0.5, -1.0, 2.0];
 const W = [0.1, 0.2, -0.3, 0.4, -0.5, 0.6];
@@ -76,10 +154,20 @@ function exampleRequest() {
 }
 
 // Sends the example graph to target ("host:port"); resolves to
-// { loss, gradients: { x: {shape, values}, W: {shape, values} } }.
-function computeGradients(target, deadlineSeconds = 10) {
+// { loss, gradients: { x: {shape, values}, W: {shape, values} } }. options: deadlineSeconds
+// (default 10) and the security options of channelCredentials; a number is deadlineSeconds.
+function computeGradients(target, options = {}) {
+  if (typeof options === 'number') options = { deadlineSeconds: options };
+  const { deadlineSeconds = 10 } = options;
+  let credentials;
+  try {
+    credentials = channelCredentials(options);
+  } catch (err) {
+    return Promise.reject(err);
+  }
   const GradService = loadService();
-  const client = new GradService(target, grpc.credentials.createInsecure());
+  // A connection of its own, so that clients with other credentials never share one.
+  const client = new GradService(target, credentials, { 'grpc.use_local_subchannel_pool': 1 });
   const deadline = new Date(Date.now() + deadlineSeconds * 1000);
   return new Promise((resolve, reject) => {
     client.ComputeGradients(exampleRequest(), { deadline }, (err, response) => {
@@ -92,9 +180,33 @@ function computeGradients(target, deadlineSeconds = 10) {
   });
 }
 
+// The command line: [TARGET] and the `gradserve` tool's --tls, --tls_ca, --tls_cert,
+// --tls_key and --token_file flags; throws on an unknown flag.
+function parseCommandLine(argv) {
+  const { values, positionals } = util.parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      tls: { type: 'boolean' },
+      tls_ca: { type: 'string' },
+      tls_cert: { type: 'string' },
+      tls_key: { type: 'string' },
+      token_file: { type: 'string' },
+    },
+  });
+  if (positionals.length > 1) throw new Error(`one target, not ${positionals.join(' ')}`);
+  return { target: positionals[0] || '127.0.0.1:50051', options: values };
+}
+
 if (require.main === module) {
-  const target = process.argv[2] || '127.0.0.1:50051';
-  computeGradients(target).then(
+  let command;
+  try {
+    command = parseCommandLine(process.argv.slice(2));
+  } catch (err) {
+    console.error(`example.js: ${err.message}`);
+    process.exit(2);
+  }
+  computeGradients(command.target, command.options).then(
     (result) => {
       console.log(`loss = ${result.loss}`);
       for (const [name, g] of Object.entries(result.gradients)) {
@@ -102,10 +214,17 @@ if (require.main === module) {
       }
     },
     (err) => {
+      if (err.code === undefined) {  // not a gRPC status: the options
+        console.error(`example.js: ${err.message}`);
+        process.exit(2);
+      }
       const codeName = Object.keys(grpc.status).find((k) => grpc.status[k] === err.code);
       console.error(`${codeName || err.code}: ${err.details || err.message}`);
       process.exit(1);
     });
 }
 
-module.exports = { computeGradients, encodeFloat32, decodeTensor, X, W };
+module.exports = {
+  channelCredentials, computeGradients, decodeTensor, encodeFloat32, isValidToken,
+  parseCommandLine, resolveToken, X, W,
+};

@@ -45,13 +45,17 @@ def server_binary():
 class ServerProcess:
     """A gradserve-server subprocess on 127.0.0.1; use as a context manager or start()/stop().
 
-    extra_flags: more command-line flags (limits, worker threads); preexec_fn, if given, runs in
-    the child before the server is executed. address is "127.0.0.1:PORT" once started.
+    extra_flags: more command-line flags (limits, worker threads, TLS); preexec_fn, if given,
+    runs in the child before the server is executed. secrets: strings (tokens) that must never
+    appear in the server's log; every line is checked, and leaked_secrets() says which did
+    (never the lines themselves). address is "127.0.0.1:PORT" once started.
     """
 
-    def __init__(self, *extra_flags, preexec_fn=None):
+    def __init__(self, *extra_flags, preexec_fn=None, secrets=()):
         self._flags = list(extra_flags)
         self._preexec_fn = preexec_fn  # runs in the child before exec (e.g. joins a cgroup)
+        self._secrets = [s for s in secrets if s]
+        self._leaked = set()  # indices into _secrets
         self._proc = None
         self._log = collections.deque(maxlen=200)
         self._port_seen = threading.Event()
@@ -74,6 +78,7 @@ class ServerProcess:
 
     def _drain(self):
         for line in self._proc.stderr:
+            self._leaked.update(i for i, s in enumerate(self._secrets) if s in line)
             self._log.append(line.rstrip("\n"))
             match = _LISTENING.search(line)
             if match and self.address is None:
@@ -83,6 +88,11 @@ class ServerProcess:
     def log(self):
         """The server's last log lines."""
         return "\n".join(self._log)
+
+    def leaked_secrets(self):
+        """How many of the secrets were seen in the server's log so far (0: none); the
+        secrets themselves are not returned, so that a failing test does not print them."""
+        return len(self._leaked)
 
     def alive(self):
         return self._proc is not None and self._proc.poll() is None
@@ -98,9 +108,10 @@ class ServerProcess:
             self._proc.kill()
             self._proc.wait(STOP_TIMEOUT_S)
 
-    def client(self, timeout=30):
-        """A gradserve.Client connected to this server."""
-        c = gradserve.Client(self.address, timeout=timeout)
+    def client(self, timeout=30, **security):
+        """A gradserve.Client connected to this server; security: Client's TLS and token
+        arguments (tls_ca, tls_cert, tls_key, token, token_file)."""
+        c = gradserve.Client(self.address, timeout=timeout, **security)
         c.wait_ready(START_TIMEOUT_S)
         return c
 

@@ -19,9 +19,16 @@ and tell the package where they are with the environment variable GRADSERVE_PY_S
     with Client("127.0.0.1:50051", timeout=10) as client:
         print(client.grad(g).calls[0]["x"])      # [2. 4. 6.]
 
+Over TLS with a token (docs/security.md), as the `gradserve` tool's flags of the same names:
+
+    Client("gradserve.example:50051", tls_ca="ca.pem", token_file="trainer-1.token")
+    # mutual TLS: add tls_cert="client.pem", tls_key="client-key.pem"; the token may also come
+    # from token="..." or the environment variable GRADSERVE_TOKEN
+
 Modules: client (Client, GradResult, CallResult, GradserveError), graph (GraphBuilder),
-tensors (to_tensor, from_tensor). The generated messages are gradserve.v1.{tensor,graph,
-gradserve}_pb2. Importing raises ImportError, naming GRADSERVE_PY_STUBS, if no stubs are found.
+tensors (to_tensor, from_tensor), credentials (channel_credentials, read_token_file). The
+generated messages are gradserve.v1.{tensor,graph,gradserve}_pb2. Importing raises
+ImportError, naming GRADSERVE_PY_STUBS, if no stubs are found.
 """
 
 from gradserve import _stubs
@@ -29,8 +36,9 @@ from gradserve import _stubs
 _stubs.install(__path__)
 
 from gradserve.client import CallResult, Client, GradResult, GradserveError  # noqa: E402
+from gradserve.credentials import channel_credentials  # noqa: E402
 from gradserve.graph import GraphBuilder, attr_value  # noqa: E402
 from gradserve.tensors import from_tensor, to_tensor  # noqa: E402
 
 __all__ = ["CallResult", "Client", "GradResult", "GradserveError", "GraphBuilder", "attr_value",
-           "from_tensor", "to_tensor"]
+           "channel_credentials", "from_tensor", "to_tensor"]

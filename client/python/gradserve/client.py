@@ -15,6 +15,7 @@ thread-safe). The cached server limits are written at most once per client and r
 import grpc
 
 from gradserve import _stubs, chunks
+from gradserve.credentials import channel_credentials, resolve_token
 from gradserve.graph import GraphBuilder
 from gradserve.tensors import from_tensor
 from gradserve.v1 import gradserve_pb2, gradserve_pb2_grpc, graph_pb2
@@ -94,11 +95,33 @@ class Client:
     """A connection to one gradserve server.
 
     target: "host:port" (any gRPC target string). timeout: default deadline of each call in
-    seconds (None: no deadline). credentials: grpc.ChannelCredentials for TLS (None:
-    plaintext). channel_options: extra gRPC channel options.
+    seconds (None: no deadline). channel_options: extra gRPC channel options.
+
+    Security (docs/security.md), as the `gradserve` tool's flags of the same names: tls_ca
+    (PEM file of the CAs the server's certificate must chain to; implies TLS), tls_cert and
+    tls_key (this client's certificate chain and key, for mutual TLS), tls (TLS with the
+    system's roots), token or token_file (the bearer token, sent as "authorization: Bearer
+    TOKEN"; by default the environment variable GRADSERVE_TOKEN if set; token="" sends none).
+    A token needs TLS. Or credentials: your own grpc.ChannelCredentials instead of the tls
+    options (the token is then added to them). Misuse raises ValueError before connecting
+    (gradserve/credentials.py); a call the server refuses raises GradserveError with
+    UNAUTHENTICATED (no or unknown token) or PERMISSION_DENIED (method not allowed).
     """
 
-    def __init__(self, target, *, timeout=None, credentials=None, channel_options=()):
+    def __init__(self, target, *, timeout=None, credentials=None, channel_options=(),
+                 tls=False, tls_ca=None, tls_cert=None, tls_key=None, token=None,
+                 token_file=None):
+        if credentials is None:
+            credentials = channel_credentials(tls=tls, tls_ca=tls_ca, tls_cert=tls_cert,
+                                              tls_key=tls_key, token=token,
+                                              token_file=token_file)
+        else:
+            if tls or tls_ca or tls_cert or tls_key:
+                raise ValueError("give credentials or the tls options, not both")
+            bearer = resolve_token(token, token_file)
+            if bearer is not None:
+                credentials = grpc.composite_channel_credentials(
+                    credentials, grpc.access_token_call_credentials(bearer))
         options = [("grpc.max_receive_message_length", -1),
                    ("grpc.max_send_message_length", -1)] + list(channel_options)
         if credentials is None:
@@ -165,7 +188,15 @@ class Client:
 
     def _server_limits(self, timeout):
         if self._limits is None:
-            self._limits = self.info(timeout).limits
+            try:
+                self._limits = self.info(timeout).limits
+            except GradserveError as e:
+                # A token may be allowed grad but not info (docs/security.md): then the limits
+                # are unknown (zeros), and requests over the default message size are streamed
+                # in chunks of that size.
+                if e.code != grpc.StatusCode.PERMISSION_DENIED:
+                    raise
+                self._limits = gradserve_pb2.Limits()
         return self._limits
 
     def _grad_streamed(self, payload, timeout):
