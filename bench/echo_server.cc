@@ -8,12 +8,18 @@
 // own work, to see what a given server time per call does to latency and rate beside a bare
 // call (docs/benchmarks.md, "How much server work the targets allow").
 //
-// Usage: echo_server [--listen=127.0.0.1:0] [--work_us=0]
+// --tls_cert and --tls_key (PEM files) serve over TLS instead of plaintext: the bare gRPC TLS
+// reference of bench/run's TLS rows (Note [The TLS reference]).
+//
+// Usage: echo_server [--listen=127.0.0.1:0] [--work_us=0] [--tls_cert=PEM --tls_key=PEM]
 
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
@@ -31,8 +37,31 @@ ABSL_FLAG(int, work_us, 0,
           "microseconds each call busy-waits before answering, a stand-in for a handler's work "
           "(0: none, the bare baseline)");
 
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: serve over TLS with it and --tls_key (empty: plaintext)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+
 namespace gradserve::bench {
 namespace {
+
+// Note [The TLS reference]: with --tls_cert, the echo serves over gRPC's plain TLS credentials
+// (SslServerCredentials: the same TSI, OpenSSL frame protector and secure endpoint as
+// gradserve-server's TlsServerCredentials once the handshake is done; no client certificates,
+// no auth metadata processor). So echo TLS against echo plaintext is what gRPC 1.51's TLS itself
+// costs on this host, the reference for gradserve's own TLS rows. Under callgrind, TLS adds
+// about 30,000 instructions per empty echo to this server and 31,000 to `gradserve load`;
+// to gradserve-server's grad_tiny without tokens, 33,000: the same records, protected and
+// unprotected by the same code (docs/benchmarks.md, TLS section).
+
+// The whole file at path into *text; false if it cannot be read.
+bool ReadFile(const std::string& path, std::string* text) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  *text = bytes.str();
+  return true;
+}
 
 // Thread safety: immutable after construction; gRPC runs Echo on its callback threads at once.
 class EchoService final : public Echo::CallbackService {
@@ -71,10 +100,27 @@ int Main() {
     std::fprintf(stderr, "echo_server: --work_us must be 0 or more, not %d\n", work_us);
     return 2;  // a usage error, as a bad flag is
   }
+  const std::string tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  const std::string tls_key = absl::GetFlag(FLAGS_tls_key);
+  if (tls_cert.empty() != tls_key.empty()) {
+    std::fprintf(stderr, "echo_server: --tls_cert and --tls_key go together\n");
+    return 2;
+  }
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!tls_cert.empty()) {  // Note [The TLS reference]
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    if (!ReadFile(tls_cert, &pair.cert_chain) || !ReadFile(tls_key, &pair.private_key)) {
+      std::fprintf(stderr, "echo_server: cannot read --tls_cert or --tls_key\n");
+      return 1;
+    }
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back(std::move(pair));
+    credentials = grpc::SslServerCredentials(ssl);
+  }
   EchoService service(absl::Microseconds(work_us));
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, credentials, &port);
   builder.SetMaxReceiveMessageSize(-1);
   builder.SetMaxSendMessageSize(-1);
   builder.RegisterService(&service);
@@ -101,7 +147,7 @@ int main(int argc, char** argv) {
   gradserve::StartProcess();
   absl::SetProgramUsageMessage(
       "the bare gRPC echo baseline of bench/run.\nUsage: echo_server "
-      "[--listen=127.0.0.1:0] [--work_us=0]");
+      "[--listen=127.0.0.1:0] [--work_us=0] [--tls_cert=PEM --tls_key=PEM]");
   // Note [Flag spelling], Note [Flags checked first]
   if (!gradserve::ParseFlags(argc, argv, "echo_server").has_value()) return 2;
   return gradserve::bench::Main();

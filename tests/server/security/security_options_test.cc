@@ -3,7 +3,10 @@
 
 #include "server/security/security_options.h"
 
+#include <atomic>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -39,6 +42,26 @@ TEST(TokenTableTest, ParsesTheFixedFormat) {
 TEST(TokenTableTest, TheDigestIsWhatSha256sumPrints) {
   // printf %s abc | sha256sum
   EXPECT_EQ(TokenDigest("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+// Note [SHA-256 per call]: each thread keeps its own digest context, reused call after call.
+TEST(TokenTableTest, TheDigestIsTheSameOnEveryThreadAndEveryTime) {
+  const std::string abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+  // printf '' | sha256sum
+  const std::string empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) {
+        if (TokenDigest(i % 2 == 0 ? "abc" : "") != (i % 2 == 0 ? abc : empty)) ++wrong;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(TokenDigest(std::string(1000, 'a')),
+            "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3");
 }
 
 TEST(TokenTableTest, ErrorsNameTheLineAndFieldButNeverQuoteIt) {
