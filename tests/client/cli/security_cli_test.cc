@@ -3,6 +3,7 @@
 // test time by openssl (tests/server/security/test_pki.h).
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -25,9 +26,12 @@ struct CliRun {
 };
 
 CliRun RunCli(const std::string& args, const std::string& env = "") {
-  const std::string out = ::testing::TempDir() + "/security_cli.out";
-  const std::string command = absl::StrCat(env, " timeout 60 ", GRADSERVE_CLI_PATH, " ", args,
-                                           " --timeout=5s > ", out, " 2>&1");
+  // One file per test process: ctest runs these tests as processes in parallel, and a shared
+  // file let one test read another's output.
+  const std::string out = absl::StrCat(::testing::TempDir(), "/security_cli-", getpid(), ".out");
+  // A generous deadline: the machine may be loaded (CI runs two tests at once beside builds).
+  const std::string command = absl::StrCat(env, " timeout 120 ", GRADSERVE_CLI_PATH, " ", args,
+                                           " --timeout=30s > ", out, " 2>&1");
   const int status = std::system(command.c_str());
   CliRun run;
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
