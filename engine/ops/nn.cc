@@ -79,8 +79,16 @@ void SoftmaxKernel(const T* x, T* y, const DimSplit& s, bool log) {
     ForEachCounted(s.size, meter,
                    [&](int64_t k) { total += std::exp(static_cast<Acc>(in[k * step] - max)); });
     if (log) {
-      const T shift = max + static_cast<T>(std::log(total));
-      ForEachCounted(s.size, meter, [&](int64_t k) { out[k * step] = in[k * step] - shift; });
+      // Note [log_softmax without cancellation]
+      // (x - max) - log(sum), never x - (max + log(sum)): the latter rounds log(sum), a number
+      // near 0 for a confident row, into max, losing up to ulp(max) in every result (ulp(50)
+      // is 4e-6 in float32), and a constant shift of the row changes the rounding. x - max is
+      // exact near the maximum (Sterbenz), so the largest log-probability, the one a
+      // confident loss and its gradient 1 - exp(y) need, keeps all its digits, as PyTorch's
+      // kernels compute it.
+      const T log_total = static_cast<T>(std::log(total));
+      ForEachCounted(s.size, meter,
+                     [&](int64_t k) { out[k * step] = (in[k * step] - max) - log_total; });
     } else {
       const Acc scale = 1 / total;
       ForEachCounted(s.size, meter, [&](int64_t k) {
