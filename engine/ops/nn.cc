@@ -957,10 +957,18 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduct
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  RequireFloating("mse_loss", "input", input);
-  RequireFloating("mse_loss", "target", target);
-  CheckSameDTypeAndDevice("mse_loss", "input", input, "target", target);
-  Tensor x = input, t = target;
+  // Note [mse_loss promotes]: PyTorch broadcasts input and target first, so both count as
+  // dimensioned tensors and the result dtype is promote_types of the two (float32 with a
+  // float64[] target gives float64, where result_type would say float32); it must be floating.
+  RequireDefined("mse_loss", "input", input);
+  RequireDefined("mse_loss", "target", target);
+  RequireSameDevice("mse_loss", "input", input, "target", target);
+  const DType dtype = PromoteTypes(input.dtype(), target.dtype());
+  GS_CHECK_ARG(IsFloating(dtype), "mse_loss: input (", input.DebugString(), ") and target (",
+               target.DebugString(), ") promote to ", DTypeName(dtype),
+               ", but the loss needs float32 or float64");
+  Tensor x = input.dtype() == dtype ? input : to(input, dtype);
+  Tensor t = target.dtype() == dtype ? target : to(target, dtype);
   if (x.shape() != t.shape()) {
     const Shape shape = ValueOrThrow(BroadcastShapes(x.shape(), t.shape()));
     x = expand(x, shape);

@@ -27,6 +27,7 @@ from server_fixture import ServerProcess  # first: puts client/python on sys.pat
 from dual_graph import DualGraph, TOLERANCE, compare
 from gradserve import GradserveError, GraphBuilder
 from graph_gen import RandomGraph
+from shadow_graph import ShadowGraph
 
 # PyTorch warns about mse_loss's broadcasting and such; the comparison is what matters.
 warnings.simplefilter("ignore", UserWarning)
@@ -348,6 +349,63 @@ class HandWrittenParityTest(ServerTestCase):
         g.backward_call([y], retain_graph=True)
         g.backward_call([z, y])  # .grad now holds dy + dz + dy
         self.run_dual(g)
+
+    def test_mixed_dtypes_promote_as_pytorch(self):
+        """Ops of several tensors make their result in torch.result_type's dtype (cat and
+        stack over the list, mse_loss after broadcasting), and each input's gradient comes back
+        in its own dtype."""
+        cases = [
+            ("cat", [((2, 3), np.float32), ((1, 3), np.float64)], {"dim": 0}),
+            ("cat", [((2,), np.float64), ((3,), np.float32), ((0,), np.float32)], {}),
+            ("cat", [((2, 2), np.float32), ((0,), np.float64)], {"dim": 1}),  # legacy empty
+            ("stack", [((2, 3), np.float64), ((2, 3), np.float32)], {"dim": 1}),
+            ("mse_loss", [((3, 2), np.float32), ((3, 2), np.float64)], {}),
+            ("mse_loss", [((3, 2), np.float64), ((2,), np.float32)], {"reduction": "sum"}),
+            ("mse_loss", [((3,), np.float32), ((), np.float64)], {"reduction": "none"}),
+            ("add", [((3,), np.float32), ((), np.float64)], {}),
+            ("where", [((3,), np.bool_), ((3,), np.float32), ((3,), np.float64)], {}),
+        ]
+        for seed, (op, specs, attrs) in enumerate(cases):
+            with self.subTest(op=op, specs=specs):
+                g = DualGraph()
+                names = []
+                for i, (shape, dtype) in enumerate(specs):
+                    if dtype == np.bool_:
+                        names.append(g.leaf(np.arange(int(np.prod(shape))).reshape(shape) % 2 == 0))
+                    else:
+                        names.append(leaf(g, shape, 50 + 3 * seed + i, dtype))
+                y = g.op(op, names, **attrs)
+                seed_value = np.random.default_rng(seed).uniform(-1, 1, size=g.values[y].shape)
+                wrt = [n for n in names if g.values[n].requires_grad]
+                g.grad_call([y], wrt, {y: seed_value.astype(g.values[y].detach().numpy().dtype)})
+                self.run_dual(g, {y: g.values[y].detach().numpy()})
+
+    def test_mixed_dtypes_refused_as_pytorch(self):
+        """Where PyTorch itself refuses mixed dtypes (matmul, conv2d, layer_norm's and the
+        losses' class weights), gradserve refuses too, naming the dtypes."""
+        f32 = lambda shape: np.ones(shape, np.float32)  # noqa: E731
+        f64 = lambda shape: np.ones(shape, np.float64)  # noqa: E731
+        target = np.array([0, 1], np.int64)
+        cases = [
+            ("matmul", [f32((2, 2)), f64((2, 2))], {}),
+            ("conv2d", [f32((1, 1, 3, 3)), f64((1, 1, 2, 2))], {}),
+            ("layer_norm", [f32((2, 3)), f64((3,))], {"normalized_shape": [3]}),
+            ("cross_entropy", [f32((2, 3)), target, f64((3,))], {}),
+            ("nll_loss", [f32((2, 3)), target, f64((3,))], {}),
+        ]
+        for op, arrays, attrs in cases:
+            with self.subTest(op=op):
+                g = DualGraph()
+                names = [g.leaf(a, requires_grad=a.dtype != np.int64) for a in arrays]
+                with self.assertRaises(RuntimeError):
+                    g.evaluate(op, names, attrs)
+                g.builder.op(op, names, out="y", **attrs)
+                g.builder.op("sum", ["y"], out="loss")
+                g.builder.backward_call("loss", inputs=[names[0]])
+                with self.assertRaises(GradserveError) as cm:
+                    self.client.grad(g.builder)
+                self.assertEqual(cm.exception.code.name, "INVALID_ARGUMENT")
+                self.assertIn("float64", cm.exception.message)
 
 
 if __name__ == "__main__":
