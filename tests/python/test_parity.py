@@ -350,6 +350,23 @@ class HandWrittenParityTest(ServerTestCase):
         g.backward_call([z, y])  # .grad now holds dy + dz + dy
         self.run_dual(g)
 
+    def test_backward_into_non_leaves(self):
+        """backward(inputs=[h]) for a non-leaf h sums into h.grad (PyTorch retains h's grad),
+        from then on in every later call that reaches h, after h's hooks (Note [backward()
+        into a non-leaf])."""
+        g = ShadowGraph()
+        x = leaf(g, (2, 3), 23)
+        h = g.op("tanh", [g.op("mul", [x, x])])
+        g.hook(h, "scale", factor=2.0)
+        k = g.op("sin", [h])
+        loss = g.op("sum", [g.op("mul", [k, h])])
+        other = g.op("sum", [g.op("exp", [h])])
+        g.backward_call([loss], retain_graph=True, inputs=[h])
+        g.backward_call([loss], retain_graph=True, inputs=[h, x])
+        g.backward_call([other], retain_graph=True, inputs=[x])  # h's .grad grows unseen
+        g.backward_call([loss, other], inputs=[k, h])
+        self.run_dual(g)
+
     def test_mixed_dtypes_promote_as_pytorch(self):
         """Ops of several tensors make their result in torch.result_type's dtype (cat and
         stack over the list, mse_loss after broadcasting), and each input's gradient comes back
