@@ -367,6 +367,71 @@ class HandWrittenParityTest(ServerTestCase):
         g.backward_call([loss, other], inputs=[k, h])
         self.run_dual(g)
 
+    def test_hooks_in_checkpoint_bodies(self):
+        """A hook inside a checkpoint body acts when the body is recomputed, as the same hook in
+        PyTorch with the body inline (Note [Hooks in checkpoint bodies]); nested bodies and a
+        second-order call through the checkpoint included."""
+        g = ShadowGraph()
+        x = leaf(g, (2, 3), 24)
+        w = leaf(g, (3, 3), 25)
+
+        def inner(body, formal):
+            h = body.op("tanh", [formal[0]])
+            body.hook(h, "clamp", min=-0.05, max=0.3)
+            return body.op("mul", [h, formal[0]])
+
+        def layer(body, formal):
+            h = body.op("matmul", [formal[0], formal[1]])
+            body.hook(h, "scale", factor=-2.0)
+            k = body.checkpoint([h], inner)
+            return body.op("sigmoid", [k])
+
+        y = g.checkpoint([x, w], layer)
+        loss = g.op("sum", [g.op("mul", [y, y])])
+        g.grad_call([loss], [x, w], retain_graph=True)
+        g.backward_call([loss])
+        self.run_dual(g, {y: g.values[y].detach().numpy()})
+        # Second order: with a linear hook (scale) only; see the Note for clamp.
+        g = ShadowGraph()
+        x = leaf(g, (2, 3), 26)
+        w = leaf(g, (3, 3), 27)
+
+        def scaled(body, formal):
+            h = body.op("matmul", [formal[0], formal[1]])
+            body.hook(h, "scale", factor=-2.0)
+            return body.op("sigmoid", [body.op("mul", [body.op("tanh", [h]), h])])
+
+        y = g.checkpoint([x, w], scaled)
+        loss = g.op("sum", [g.op("mul", [y, y])])
+        (gx,) = g.grad_op([loss], [x], [g.leaf(np.array(1.0))])
+        g.grad_call([g.op("sum", [g.op("mul", [gx, gx])])], [x, w])
+        self.run_dual(g)
+        # A hook on a body's formal input is refused.
+        body = GraphBuilder(inputs=["f"])
+        body.op("hook", ["f"], out=[], kind="scale", factor=2.0)
+        body.op("exp", ["f"], out="e").outputs("e")
+        b = GraphBuilder().leaf("x", np.ones(2), requires_grad=True)
+        b.op("checkpoint", ["x"], out=["y"], body=body).op("sum", ["y"], out="loss")
+        b.backward_call("loss", inputs=["x"])
+        with self.assertRaises(GradserveError) as cm:
+            self.client.grad(b)
+        self.assertEqual(cm.exception.code.name, "INVALID_ARGUMENT")
+        self.assertIn("hook inside a checkpoint body must be on a value", cm.exception.message)
+
+    def test_seeds_of_another_dtype_are_converted(self):
+        """A seed may have any floating dtype: it is converted to its root's (the proto's
+        BackwardCall.seeds), as PyTorch converts grad_outputs."""
+        for root_dtype, seed_dtype in ((np.float64, np.float32), (np.float32, np.float64)):
+            g = DualGraph()
+            x = leaf(g, (3,), 28, root_dtype)
+            y = g.op("exp", [x])
+            seed = np.random.default_rng(29).uniform(-1, 1, size=3).astype(seed_dtype)
+            expected = torch.autograd.grad(g.values[y], g.values[x],
+                                           torch.from_numpy(seed).to(g.values[y].dtype))[0]
+            g.builder.backward_call([y], {y: seed}, [x])
+            g.calls.append({x: expected.numpy()})
+            self.run_dual(g)
+
     def test_mixed_dtypes_promote_as_pytorch(self):
         """Ops of several tensors make their result in torch.result_type's dtype (cat and
         stack over the list, mse_loss after broadcasting), and each input's gradient comes back
