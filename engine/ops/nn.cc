@@ -220,14 +220,19 @@ void CheckClassTarget(const char* op, const Tensor& input, const Tensor& target,
 // losses are not differentiable with respect to it there, and refuse such a weight too (with
 // class probabilities, the loss is a product of differentiable ops, weight included).
 void CheckClassWeight(const char* op, const Tensor& input, const Tensor& class_weight,
-                      bool may_require_grad) {
+                      bool may_require_grad, bool may_promote = false) {
   if (!class_weight.defined()) return;
   const int64_t classes = input.size(ClassDim(input));
   GS_CHECK_ARG(class_weight.shape() == Shape{classes}, op, ": weight has shape ",
                ShapeToString(class_weight.shape()), " but input with shape ",
                ShapeToString(input.shape()), " has ", classes,
                " classes: weight must have one value per class, shape [", classes, "]");
-  CheckSameDTypeAndDevice(op, "input", input, "weight", class_weight);
+  if (may_promote) {
+    RequireFloating(op, "weight", class_weight);
+    RequireSameDevice(op, "input", input, "weight", class_weight);
+  } else {
+    CheckSameDTypeAndDevice(op, "input", input, "weight", class_weight);
+  }
   GS_CHECK_ARG(may_require_grad || !class_weight.requires_grad(), op,
                ": weight requires grad, but the loss is not differentiable with respect to its "
                "class weights (as in PyTorch); detach it or make it a leaf without "
@@ -914,7 +919,10 @@ Tensor CrossEntropyWithProbabilities(const Tensor& input, const Tensor& target, 
                DeviceName(target.device()), " but input is on ", DeviceName(input.device()));
   GS_CHECK_ARG(ignore_index < 0, "cross_entropy: ignore_index = ", ignore_index,
                " is not supported for a floating target (class probabilities), as in PyTorch");
-  CheckClassWeight("cross_entropy", input, weight, /*may_require_grad=*/true);
+  // With class probabilities the loss is a product of recorded ops, and PyTorch's promotes
+  // a weight of another floating dtype as the products do.
+  CheckClassWeight("cross_entropy", input, weight, /*may_require_grad=*/true,
+                   /*may_promote=*/true);
   const int64_t class_dim = ClassDim(input);
   const int64_t classes = input.size(class_dim);
   Tensor probs = target;

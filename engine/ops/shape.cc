@@ -518,6 +518,9 @@ Tensor IndexSelectKernel(const Tensor& input, int64_t dim, const Tensor& index,
 
 void IndexAddKernel(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src,
                     std::optional<int64_t> skip) {
+  // Nothing to add into an empty dst or from an empty src (an empty tensor's strides need not
+  // be contiguous ones).
+  if (dst.numel() == 0 || src.numel() == 0) return;
   GS_CHECK_INTERNAL(dst.is_contiguous() && IsFloating(dst.dtype()) && dst.dtype() == src.dtype());
   GS_CHECK_INTERNAL(dst.device() == src.device(), "index_add across devices");
   const Tensor s = src.contiguous();

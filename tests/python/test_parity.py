@@ -418,6 +418,32 @@ class HandWrittenParityTest(ServerTestCase):
         self.assertEqual(cm.exception.code.name, "INVALID_ARGUMENT")
         self.assertIn("hook inside a checkpoint body must be on a value", cm.exception.message)
 
+    def test_found_by_the_differential_fuzzer(self):
+        """Graphs diff_fuzz.py found gradserve wrong on, made small (each failed before)."""
+        # index_select's backward into an empty gradient was INTERNAL.
+        g = ShadowGraph()
+        x = leaf(g, (2, 0), 30)
+        y = g.op("index_select", [x, g.leaf(np.array(1, np.int64))], dim=0)
+        g.grad_call([g.op("sum", [y])], [x])
+        self.run_dual(g)
+        # A hook on a checkpoint's input ran twice on its gradient under create_graph.
+        g = ShadowGraph()
+        x = leaf(g, (3,), 31)
+        h = g.op("mul", [x, x])
+        y = g.checkpoint([h], lambda body, f: body.op("sin", f))
+        g.hook(h, "scale", factor=0.5)
+        (gh,) = g.grad_op([g.op("sum", [y])], [h], [g.leaf(np.array(1.0))])
+        g.grad_call([g.op("sum", [g.op("mul", [gh, gh])])], [x])
+        self.run_dual(g)
+        # cross_entropy with class probabilities promotes a weight of another dtype.
+        g = ShadowGraph()
+        x = leaf(g, (2, 3), 32, np.float64)
+        p = np.random.default_rng(33).uniform(0.1, 1, size=(2, 3))
+        t = g.leaf((p / p.sum(1, keepdims=True)).astype(np.float64))
+        w = leaf(g, (3,), 34, np.float32)
+        g.grad_call([g.op("cross_entropy", [x, t, w])], [x, w])
+        self.run_dual(g)
+
     def test_seeds_of_another_dtype_are_converted(self):
         """A seed may have any floating dtype: it is converted to its root's (the proto's
         BackwardCall.seeds), as PyTorch converts grad_outputs."""
