@@ -695,7 +695,8 @@ class EmbeddingBackward final : public Node {
     const Tensor indices = indices_.unpack(this);
     if (NoIncomingGrad(grads)) return {Tensor()};
     const int64_t flat[] = {-1};
-    const int64_t rows[] = {-1, weight_shape_[1]};
+    // The row count, not -1: an embedding_dim of 0 leaves -1 undetermined.
+    const int64_t rows[] = {indices.numel(), weight_shape_[1]};
     return {IndexAddIntoZeros(weight_shape_, 0, reshape(indices, flat), reshape(grads[0], rows),
                               padding_idx_)};
   }

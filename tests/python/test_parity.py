@@ -426,6 +426,12 @@ class HandWrittenParityTest(ServerTestCase):
         y = g.op("index_select", [x, g.leaf(np.array(1, np.int64))], dim=0)
         g.grad_call([g.op("sum", [y])], [x])
         self.run_dual(g)
+        # embedding's backward with an embedding_dim of 0 reshaped to [-1, 0].
+        g = ShadowGraph()
+        w = leaf(g, (3, 0), 35)
+        y = g.op("embedding", [w, g.leaf(np.array([[0, 2]], np.int64))])
+        g.grad_call([g.op("sum", [y])], [w])
+        self.run_dual(g)
         # A hook on a checkpoint's input ran twice on its gradient under create_graph.
         g = ShadowGraph()
         x = leaf(g, (3,), 31)
