@@ -32,6 +32,11 @@ class AccumulateGrad final : public Node {
   Tensor variable_;
 };
 
+// Makes t, a non-leaf, sum the gradients that reach it into its .grad from now on (PyTorch's
+// retain_grad; Note [backward() into a non-leaf] in accumulate_grad.cc). Idempotent; does
+// nothing for a leaf.
+void RetainGrad(const Tensor& t);
+
 }  // namespace gradserve::autograd
 
 #endif  // GRADSERVE_ENGINE_AUTOGRAD_ACCUMULATE_GRAD_H_

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "engine/autograd/accumulate_grad.h"
 #include "engine/autograd/engine.h"
 #include "engine/autograd/variable.h"
 #include "engine/util/quote.h"
@@ -68,8 +69,8 @@ absl::StatusOr<TensorList> RunBackward(const TensorList& roots, const TensorList
       const Tensor& input = inputs[i];
       GS_CHECK_ARG(input.defined() && input.requires_grad(), Describe("input", i, input),
                    " does not require grad, so it has no gradient");
-      GS_CHECK_ARG(!accumulate_grad || input.is_leaf(), Describe("input", i, input),
-                   " is not a leaf: backward() accumulates only into leaves");
+      // Note [backward() into a non-leaf] (accumulate_grad.cc).
+      if (accumulate_grad && !input.is_leaf()) RetainGrad(input);
       output_edges.push_back(GradientEdge(input));
     }
     ExecuteOptions execute_options;

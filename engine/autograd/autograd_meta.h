@@ -30,8 +30,11 @@ struct AutogradMeta final : AutogradMetaInterface {
   // The leaf's AccumulateGrad, made on first use (GradAccumulator). Weak, as in PyTorch: the
   // recorded graph owns it, and a new one is made once that graph is gone.
   std::weak_ptr<Node> grad_accumulator_ ABSL_GUARDED_BY(mutex_);
-  // The gradient summed into the leaf by backward() calls.
+  // The gradient summed into the leaf by backward() calls (or into a non-leaf that retains
+  // its gradient, RetainGrad).
   Tensor grad_ ABSL_GUARDED_BY(mutex_);
+  // A non-leaf whose grad_fn has its RetainGrad hook.
+  bool retains_grad_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
 // t's metadata; null if it has none.

@@ -9,6 +9,7 @@
 #include "engine/autograd/node.h"
 #include "engine/autograd/saved_variable.h"
 #include "engine/autograd/variable.h"
+#include "engine/ops/shape.h"
 #include "engine/util/status_error.h"
 
 namespace gradserve::graph {
@@ -54,6 +55,18 @@ class CheckpointBackward final : public Node {
       if (!create_graph) {
         inputs[i] = saved.detach();
         inputs[i].set_requires_grad(true);
+        inputs[i].set_name(saved.name());
+      } else {
+        // Note [Capturing a checkpoint input's gradient]
+        // Under create_graph the body recomputes from the saved input itself, so that the
+        // gradients stay connected to it; but the nested grad would then capture the input's
+        // gradient after the input's own hooks (captures follow tensor pre-hooks), and this
+        // Node's output flows into the same grad_fn, where they run again. The body gets an
+        // alias of the input with a grad_fn of its own (an identity permute), and the gradient
+        // is captured there, before the input's hooks, which then run once, downstream.
+        std::vector<int64_t> identity(static_cast<size_t>(saved.dim()));
+        for (size_t d = 0; d < identity.size(); ++d) identity[d] = static_cast<int64_t>(d);
+        inputs[i] = ops::permute(saved, identity);
         inputs[i].set_name(saved.name());
       }
       wrt.push_back(inputs[i]);

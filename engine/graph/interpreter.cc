@@ -181,6 +181,22 @@ int64_t RunOp(const Op& op, const ops::OpSchema& schema, int64_t index, const st
     };
     outputs = Checkpoint(inputs, program->bodies.at(body.get()).params, std::move(run));
   } else if (op.op == kHookOp) {
+    // Note [Hooks in checkpoint bodies]
+    // A checkpoint body runs twice: forward without grad mode (its values have no history) and
+    // again, recorded, when its checkpoint's backward recomputes it. A hook in the body
+    // registers in the second run, on the recomputed value, so it changes the gradient that
+    // flows through that value in the nested backward: what the same hook does in PyTorch
+    // when the body runs inline (a checkpoint changes memory, not gradients). In the first
+    // run it registers nothing. Validate allows such hooks only on values the body's ops
+    // compute: a body's formal inputs stand for values outside it (a hook there would touch
+    // only the body's share of their gradient, or be registered on the outer value once per
+    // recomputation), and its leaves persist across runs. One difference remains under double
+    // backward: a second-order gradient reaches a body value through each recomputation that
+    // made it (the one the first-order gradient was built on, and the one the checkpoint's
+    // backward makes again), where PyTorch's inline value receives their sum once; a linear
+    // hook (scale, zero) gives the same either way, clamp and nan_to_num clamp the parts
+    // separately.
+    if (!scope.empty() && !inputs[0].requires_grad()) return 0;
     if (inputs[0].requires_grad() && inputs[0].is_leaf()) {
       keep_alive.push_back(autograd::GradAccumulator(inputs[0]));
     }

@@ -78,7 +78,8 @@ class Validator {
             absl::StrCat(DescribeOp(scope, i, op), ": the graph has more than ", limits_.max_ops,
                          " ops (sub-graphs included), over the limit max_ops"));
       }
-      if (absl::Status s = CheckOp(op, depth, slots); !s.ok()) {
+      if (absl::Status s = CheckOp(op, depth, graph.inputs.size() + graph.leaves.size(), slots);
+          !s.ok()) {
         return WithContext(s, DescribeOp(scope, i, op));
       }
       if (op.body != nullptr) {
@@ -200,8 +201,9 @@ class Validator {
   }
 
   // The checks of one op that need nothing but the op and the names defined before it; records
-  // what the op reads in slots.
-  absl::Status CheckOp(const Op& op, int64_t depth, ValueSlots& slots) const {
+  // what the op reads in slots. The graph's first `given` slots are its formal inputs and
+  // leaves.
+  absl::Status CheckOp(const Op& op, int64_t depth, size_t given, ValueSlots& slots) const {
     if (absl::Status s = CheckLength("op name ", op.op); !s.ok()) return s;
     const ops::OpSchema* schema = FindOpSchema(op.op);
     if (schema == nullptr) {
@@ -209,10 +211,20 @@ class Validator {
     }
     slots.schemas.push_back(schema);
     const bool is_checkpoint = op.op == kCheckpointOp;
-    if (depth > 0 && (op.op == kGradOp || op.op == kHookOp)) {
+    if (depth > 0 && op.op == kGradOp) {
       return absl::InvalidArgumentError(absl::StrCat(
           op.op, " is not allowed inside a checkpoint body (the body runs without history); ",
           "apply it outside the checkpoint"));
+    }
+    // Note [Hooks in checkpoint bodies] (interpreter.cc): only on a value the body computes.
+    if (depth > 0 && op.op == kHookOp && op.inputs.size() == 1) {
+      auto it = slots.by_name.find(op.inputs[0]);
+      if (it != slots.by_name.end() && static_cast<size_t>(it->second) < given) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "a hook inside a checkpoint body must be on a value an op of the body computes, not "
+            "on its input or leaf ",
+            Quote(op.inputs[0]), "; hook the checkpoint's input outside the checkpoint"));
+      }
     }
     if (is_checkpoint != (op.body != nullptr)) {
       return absl::InvalidArgumentError(is_checkpoint ? "checkpoint needs a body"

@@ -363,10 +363,15 @@ Tensor mul(const Tensor& input, double other) {
 namespace {
 
 // The gradient of a / b with respect to b: -g * a / b^2.
+// Note [Dividing twice, not by a square]
+// div's gradient with respect to its denominator is -g * ((a / b) / b), PyTorch's order, never
+// -g * a / (b * b): b * b overflows to inf (or underflows to 0) for |b| past 1.8e19 (below
+// 1e-19) in float32, where the quotient taken twice stays finite. log's double backward
+// (d/dx of g / x) is this formula at values log is asked for, 1e10 to 1e30.
 struct DivOtherGrad {
   template <typename T>
   GS_HOST_DEVICE T operator()(T gv, T a, T b) const {
-    return -gv * a / (b * b);
+    return -gv * ((a / b) / b);
   }
 };
 
@@ -380,7 +385,7 @@ TensorList DivFormula(const ElementwiseBackward& n, const Tensor& g) {
     const Shape shape = BroadcastShapesOrThrow("div", g.shape(), other.shape());
     Tensor d = CanFuse({g, input, other})
                    ? MapSameDType<true>(shape, DivOtherGrad{}, g, input, other)
-                   : neg(div(mul(g, input), mul(other, other)));
+                   : neg(mul(g, div(div(input, other), other)));
     r[1] = sum_to(d, n.shapes[1]);
   }
   return r;
@@ -732,11 +737,52 @@ struct SigmoidGrad {
   }
 };
 
+// G * g * (1 - 2y): sigmoid_backward's derivative with respect to y.
+struct SigmoidBackwardResultGrad {
+  template <typename T>
+  GS_HOST_DEVICE T operator()(T gg, T gv, T yv) const {
+    return gg * gv * (T(1) - T(2) * yv);
+  }
+};
+
+Tensor SigmoidBackwardOp(const Tensor& g, const Tensor& y);
+
+// Note [sigmoid's backward as one op]
+// Under create_graph, sigmoid's gradient g * y * (1 - y) is recorded as one op of g and y
+// (PyTorch's sigmoid_backward, SigmoidBackwardBackward0) whose derivative with respect to y is
+// G * g * (1 - 2y), as PyTorch's. The product rule over mul(y, 1 - y) would give
+// G * g * (1 - y) - G * g * y instead: two rounded products that cancel where y is near 1/2,
+// losing digits in proportion to 1 / |x| (1e-10 of float64 at |x| = 1e-6).
+// saved: 0 g, 1 y.
+TensorList SigmoidBackwardFormula(const ElementwiseBackward& n, const Tensor& gg) {
+  TensorList r(2);
+  const Tensor g = n.Saved(0);
+  const Tensor y = n.Saved(1);
+  if (n.Needs(0)) r[0] = SigmoidBackwardOp(gg, y);
+  if (n.Needs(1)) {
+    r[1] = CanFuse({gg, g, y})
+               ? MapSameDType<true>(gg.shape(), SigmoidBackwardResultGrad{}, gg, g, y)
+               : mul(mul(gg, g), rsub(mul(y, 2.0), 1));
+  }
+  return r;
+}
+
+// sigmoid_backward(g, y) = g * y * (1 - y), recorded as one op (see the Note).
+Tensor SigmoidBackwardOp(const Tensor& g, const Tensor& y) {
+  Tensor out = MapSameDType<true>(g.shape(), SigmoidGrad{}, g, y);
+  if (auto node = Record(out, {g, y}, "SigmoidBackwardBackward0", &SigmoidBackwardFormula)) {
+    node->saved[0] = SavedVariable(g, false);
+    node->saved[1] = SavedVariable(y, false);
+    node->shapes = {g.shape(), y.shape()};
+  }
+  return out;
+}
+
 // saved[0]: result.
 TensorList SigmoidFormula(const ElementwiseBackward& n, const Tensor& g) {
   const Tensor y = n.Saved(0);
   if (CanFuse({g, y})) return {FusedGrad(SigmoidGrad{}, g, y)};
-  return {mul(g, mul(y, rsub(y, 1)))};
+  return {SigmoidBackwardOp(g, y)};
 }
 
 // d/dx erf(x) = 2 / sqrt(pi) * exp(-x^2).

@@ -79,8 +79,16 @@ void SoftmaxKernel(const T* x, T* y, const DimSplit& s, bool log) {
     ForEachCounted(s.size, meter,
                    [&](int64_t k) { total += std::exp(static_cast<Acc>(in[k * step] - max)); });
     if (log) {
-      const T shift = max + static_cast<T>(std::log(total));
-      ForEachCounted(s.size, meter, [&](int64_t k) { out[k * step] = in[k * step] - shift; });
+      // Note [log_softmax without cancellation]
+      // (x - max) - log(sum), never x - (max + log(sum)): the latter rounds log(sum), a number
+      // near 0 for a confident row, into max, losing up to ulp(max) in every result (ulp(50)
+      // is 4e-6 in float32), and a constant shift of the row changes the rounding. x - max is
+      // exact near the maximum (Sterbenz), so the largest log-probability, the one a
+      // confident loss and its gradient 1 - exp(y) need, keeps all its digits, as PyTorch's
+      // kernels compute it.
+      const T log_total = static_cast<T>(std::log(total));
+      ForEachCounted(s.size, meter,
+                     [&](int64_t k) { out[k * step] = (in[k * step] - max) - log_total; });
     } else {
       const Acc scale = 1 / total;
       ForEachCounted(s.size, meter, [&](int64_t k) {
@@ -212,14 +220,19 @@ void CheckClassTarget(const char* op, const Tensor& input, const Tensor& target,
 // losses are not differentiable with respect to it there, and refuse such a weight too (with
 // class probabilities, the loss is a product of differentiable ops, weight included).
 void CheckClassWeight(const char* op, const Tensor& input, const Tensor& class_weight,
-                      bool may_require_grad) {
+                      bool may_require_grad, bool may_promote = false) {
   if (!class_weight.defined()) return;
   const int64_t classes = input.size(ClassDim(input));
   GS_CHECK_ARG(class_weight.shape() == Shape{classes}, op, ": weight has shape ",
                ShapeToString(class_weight.shape()), " but input with shape ",
                ShapeToString(input.shape()), " has ", classes,
                " classes: weight must have one value per class, shape [", classes, "]");
-  CheckSameDTypeAndDevice(op, "input", input, "weight", class_weight);
+  if (may_promote) {
+    RequireFloating(op, "weight", class_weight);
+    RequireSameDevice(op, "input", input, "weight", class_weight);
+  } else {
+    CheckSameDTypeAndDevice(op, "input", input, "weight", class_weight);
+  }
   GS_CHECK_ARG(may_require_grad || !class_weight.requires_grad(), op,
                ": weight requires grad, but the loss is not differentiable with respect to its "
                "class weights (as in PyTorch); detach it or make it a leaf without "
@@ -682,7 +695,8 @@ class EmbeddingBackward final : public Node {
     const Tensor indices = indices_.unpack(this);
     if (NoIncomingGrad(grads)) return {Tensor()};
     const int64_t flat[] = {-1};
-    const int64_t rows[] = {-1, weight_shape_[1]};
+    // The row count, not -1: an embedding_dim of 0 leaves -1 undetermined.
+    const int64_t rows[] = {indices.numel(), weight_shape_[1]};
     return {IndexAddIntoZeros(weight_shape_, 0, reshape(indices, flat), reshape(grads[0], rows),
                               padding_idx_)};
   }
@@ -906,7 +920,10 @@ Tensor CrossEntropyWithProbabilities(const Tensor& input, const Tensor& target, 
                DeviceName(target.device()), " but input is on ", DeviceName(input.device()));
   GS_CHECK_ARG(ignore_index < 0, "cross_entropy: ignore_index = ", ignore_index,
                " is not supported for a floating target (class probabilities), as in PyTorch");
-  CheckClassWeight("cross_entropy", input, weight, /*may_require_grad=*/true);
+  // With class probabilities the loss is a product of recorded ops, and PyTorch's promotes
+  // a weight of another floating dtype as the products do.
+  CheckClassWeight("cross_entropy", input, weight, /*may_require_grad=*/true,
+                   /*may_promote=*/true);
   const int64_t class_dim = ClassDim(input);
   const int64_t classes = input.size(class_dim);
   Tensor probs = target;
@@ -949,10 +966,18 @@ Tensor cross_entropy(const Tensor& input, const Tensor& target, Reduction reduct
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  RequireFloating("mse_loss", "input", input);
-  RequireFloating("mse_loss", "target", target);
-  CheckSameDTypeAndDevice("mse_loss", "input", input, "target", target);
-  Tensor x = input, t = target;
+  // Note [mse_loss promotes]: PyTorch broadcasts input and target first, so both count as
+  // dimensioned tensors and the result dtype is promote_types of the two (float32 with a
+  // float64[] target gives float64, where result_type would say float32); it must be floating.
+  RequireDefined("mse_loss", "input", input);
+  RequireDefined("mse_loss", "target", target);
+  RequireSameDevice("mse_loss", "input", input, "target", target);
+  const DType dtype = PromoteTypes(input.dtype(), target.dtype());
+  GS_CHECK_ARG(IsFloating(dtype), "mse_loss: input (", input.DebugString(), ") and target (",
+               target.DebugString(), ") promote to ", DTypeName(dtype),
+               ", but the loss needs float32 or float64");
+  Tensor x = input.dtype() == dtype ? input : to(input, dtype);
+  Tensor t = target.dtype() == dtype ? target : to(target, dtype);
   if (x.shape() != t.shape()) {
     const Shape shape = ValueOrThrow(BroadcastShapes(x.shape(), t.shape()));
     x = expand(x, shape);

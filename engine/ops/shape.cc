@@ -12,6 +12,7 @@
 #include "engine/device/device_registry.h"
 #include "engine/kernels/basic_kernels.h"
 #include "engine/ops/broadcast.h"
+#include "engine/ops/elementwise.h"
 #include "engine/ops/record.h"
 #include "engine/ops/shape_common.h"
 #include "engine/ops/shape_kernels.h"
@@ -201,12 +202,18 @@ class CatBackward final : public Node {
     if (NoIncomingGrad(grads)) return out;
     int64_t offset = 0;
     for (size_t i = 0; i < sizes_.size(); ++i) {
+      if (sizes_[i] == kSkipped) {  // a legacy empty input: an empty gradient
+        if (should_compute_output(i))
+          out[i] = Tensor::Zeros({0}, grads[0].dtype(), grads[0].device());
+        continue;
+      }
       if (should_compute_output(i)) out[i] = narrow(grads[0], dim_, offset, sizes_[i]);
       offset += sizes_[i];
     }
     return out;
   }
   std::string name() const override { return "CatBackward0"; }
+  static constexpr int64_t kSkipped = -1;
 
  private:
   const int64_t dim_;
@@ -511,6 +518,9 @@ Tensor IndexSelectKernel(const Tensor& input, int64_t dim, const Tensor& index,
 
 void IndexAddKernel(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src,
                     std::optional<int64_t> skip) {
+  // Nothing to add into an empty dst or from an empty src (an empty tensor's strides need not
+  // be contiguous ones).
+  if (dst.numel() == 0 || src.numel() == 0) return;
   GS_CHECK_INTERNAL(dst.is_contiguous() && IsFloating(dst.dtype()) && dst.dtype() == src.dtype());
   GS_CHECK_INTERNAL(dst.device() == src.device(), "index_add across devices");
   const Tensor s = src.contiguous();
@@ -641,14 +651,44 @@ Tensor unsqueeze(const Tensor& input, int64_t dim) {
   return out;
 }
 
-Tensor cat(absl::Span<const Tensor> tensors, int64_t dim) {
-  GS_CHECK_ARG(!tensors.empty(), "cat: expected a non-empty list of tensors");
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    GS_CHECK_ARG(tensors[i].defined(), "cat: tensors[", i, "] is missing");
-    GS_CHECK_ARG(tensors[i].dim() > 0, "cat: tensors[", i,
+// Note [Promotion in cat and stack]
+// cat and stack take tensors of any dtypes and make the result in their promoted dtype
+// (torch.cat's result_type over the list: bool < int64 < float32 < float64; the tensors all
+// have dims, so none is a "wrapped number"). Each tensor of another dtype is converted with the
+// differentiable `to`, so its gradient comes back in its own dtype, as PyTorch's CatBackward0
+// converts it. As PyTorch 1.13 still does, cat skips a 1-d tensor of size 0 (a legacy "empty"
+// tensor) when it checks and joins the shapes; it gets an empty gradient.
+namespace {
+
+// The tensors converted to their promoted dtype (Note [Promotion in cat and stack]).
+std::vector<Tensor> Promoted(absl::Span<const Tensor> tensors) {
+  DType dtype = tensors[0].dtype();
+  for (const Tensor& t : tensors) dtype = PromoteTypes(dtype, t.dtype());
+  std::vector<Tensor> out;
+  out.reserve(tensors.size());
+  for (const Tensor& t : tensors) out.push_back(t.dtype() == dtype ? t : to(t, dtype));
+  return out;
+}
+
+bool LegacyEmpty(const Tensor& t) { return t.dim() == 1 && t.size(0) == 0; }
+
+}  // namespace
+
+Tensor cat(absl::Span<const Tensor> tensors_in, int64_t dim) {
+  GS_CHECK_ARG(!tensors_in.empty(), "cat: expected a non-empty list of tensors");
+  for (size_t i = 0; i < tensors_in.size(); ++i) {
+    GS_CHECK_ARG(tensors_in[i].defined(), "cat: tensors[", i, "] is missing");
+    GS_CHECK_ARG(tensors_in[i].dim() > 0, "cat: tensors[", i,
                  "] is 0-d; zero-dimensional tensors cannot be concatenated");
+    GS_CHECK_ARG(tensors_in[i].device() == tensors_in[0].device(), "cat: tensors[", i, "] is ",
+                 tensors_in[i].DebugString(), " but tensors[0] is ", tensors_in[0].DebugString());
   }
-  const Tensor& first = tensors[0];
+  const std::vector<Tensor> tensors = Promoted(tensors_in);
+  // The shape comes from the first tensor that is not a legacy empty one (if all are, the
+  // result is one of them: empty, 1-d).
+  size_t reference = 0;
+  while (reference + 1 < tensors.size() && LegacyEmpty(tensors[reference])) ++reference;
+  const Tensor& first = tensors[reference];
   dim = WrapDimArg("cat", "dim", dim, first.shape());
   Shape shape = first.shape();
   std::vector<int64_t> sizes;
@@ -656,13 +696,15 @@ Tensor cat(absl::Span<const Tensor> tensors, int64_t dim) {
   int64_t total = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
+    if (i != reference && LegacyEmpty(t) && !LegacyEmpty(first)) {
+      sizes.push_back(CatBackward::kSkipped);
+      continue;
+    }
     bool match = t.dim() == first.dim();
     for (int64_t d = 0; match && d < t.dim(); ++d) match = d == dim || t.size(d) == first.size(d);
-    GS_CHECK_ARG(match, "cat: sizes must match except in dimension ", dim, ": tensors[0] has ",
-                 "shape ", ShapeToString(first.shape()), " but tensors[", i, "] has shape ",
+    GS_CHECK_ARG(match, "cat: sizes must match except in dimension ", dim, ": tensors[", reference,
+                 "] has shape ", ShapeToString(first.shape()), " but tensors[", i, "] has shape ",
                  ShapeToString(t.shape()));
-    GS_CHECK_ARG(t.dtype() == first.dtype() && t.device() == first.device(), "cat: tensors[", i,
-                 "] is ", t.DebugString(), " but tensors[0] is ", first.DebugString());
     GS_CHECK_ARG(!__builtin_add_overflow(total, t.size(dim), &total),
                  "cat: the result is too large");
     sizes.push_back(t.size(dim));
@@ -671,31 +713,35 @@ Tensor cat(absl::Span<const Tensor> tensors, int64_t dim) {
   Tensor out = Tensor::Empty(shape, first.dtype(), first.device());
   int64_t offset = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
+    if (sizes[i] == CatBackward::kSkipped) continue;
     CopyInto(NarrowView(out, dim, offset, sizes[i]), tensors[i]);
     offset += sizes[i];
   }
-  RecordIfNeeded(out, tensors, [&] { return MakeNode<CatBackward>(dim, std::move(sizes)); });
+  RecordIfNeeded(out, absl::MakeConstSpan(tensors),
+                 [&] { return MakeNode<CatBackward>(dim, std::move(sizes)); });
   return out;
 }
 
-Tensor stack(absl::Span<const Tensor> tensors, int64_t dim) {
-  GS_CHECK_ARG(!tensors.empty(), "stack: expected a non-empty list of tensors");
-  GS_CHECK_ARG(tensors[0].defined(), "stack: tensors[0] is missing");
-  const Tensor& first = tensors[0];
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const Tensor& t = tensors[i];
+Tensor stack(absl::Span<const Tensor> tensors_in, int64_t dim) {
+  GS_CHECK_ARG(!tensors_in.empty(), "stack: expected a non-empty list of tensors");
+  GS_CHECK_ARG(tensors_in[0].defined(), "stack: tensors[0] is missing");
+  for (size_t i = 0; i < tensors_in.size(); ++i) {
+    const Tensor& t = tensors_in[i];
     GS_CHECK_ARG(t.defined(), "stack: tensors[", i, "] is missing");
-    GS_CHECK_ARG(t.shape() == first.shape(), "stack: tensors must have one shape, but ",
-                 "tensors[0] has shape ", ShapeToString(first.shape()), " and tensors[", i,
+    GS_CHECK_ARG(t.shape() == tensors_in[0].shape(), "stack: tensors must have one shape, but ",
+                 "tensors[0] has shape ", ShapeToString(tensors_in[0].shape()), " and tensors[", i,
                  "] has shape ", ShapeToString(t.shape()));
-    GS_CHECK_ARG(t.dtype() == first.dtype() && t.device() == first.device(), "stack: tensors[", i,
-                 "] is ", t.DebugString(), " but tensors[0] is ", first.DebugString());
+    GS_CHECK_ARG(t.device() == tensors_in[0].device(), "stack: tensors[", i, "] is ",
+                 t.DebugString(), " but tensors[0] is ", tensors_in[0].DebugString());
   }
+  const std::vector<Tensor> tensors = Promoted(tensors_in);  // Note [Promotion in cat and stack]
+  const Tensor& first = tensors[0];
   dim = WrapInsertDimArg("stack", "dim", dim, first.shape());
   const int64_t count = static_cast<int64_t>(tensors.size());
   Tensor out = Tensor::Empty(ShapeWith(first.shape(), dim, count), first.dtype(), first.device());
   for (int64_t i = 0; i < count; ++i) CopyInto(SelectView(out, dim, i), tensors[i]);
-  RecordIfNeeded(out, tensors, [&] { return MakeNode<StackBackward>(dim, count); });
+  RecordIfNeeded(out, absl::MakeConstSpan(tensors),
+                 [&] { return MakeNode<StackBackward>(dim, count); });
   return out;
 }
 

@@ -87,6 +87,9 @@ class Tensor {
   bool is_contiguous() const;
   const std::shared_ptr<Storage>& storage() const { return impl_->storage; }
   TensorImpl* impl() const { return impl_.get(); }
+  // A weak reference to the impl, for what must not keep the tensor alive (a hook on its own
+  // grad_fn); Tensor(weak.lock()) makes the tensor again while it lives.
+  std::weak_ptr<TensorImpl> weak_impl() const { return impl_; }
   // The same impl (not merely the same values).
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
   long use_count() const { return impl_.use_count(); }

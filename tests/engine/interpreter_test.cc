@@ -542,10 +542,26 @@ TEST(InterpreterTest, BackwardSemanticsAccumulatesIntoLeaves) {
   EXPECT_EQ(Values(second->grads[0]), (std::vector<double>{4, 8, 12}));
   EXPECT_EQ(Values(second->grads[1]), (std::vector<double>{0}));
 
+  // Note [backward() into a non-leaf]: h's .grad, as PyTorch's backward(inputs=[h]); x's is
+  // left alone.
+  call.materialize_grads = false;
   call.inputs = {"h"};
-  auto not_leaf = recorded->Backward(call);
-  EXPECT_EQ(not_leaf.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(MessageHas(not_leaf.status(), "input 'h' is not a leaf"));
+  auto non_leaf = recorded->Backward(call);
+  ASSERT_TRUE(non_leaf.ok()) << non_leaf.status();
+  EXPECT_EQ(Values(non_leaf->grads[0]), (std::vector<double>{1, 1, 1}));
+  EXPECT_EQ(non_leaf->connected, (std::vector<bool>{true}));
+  call.inputs = {"x", "h"};
+  auto both = recorded->Backward(call);
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(Values(both->grads[0]), (std::vector<double>{6, 12, 18}));
+  EXPECT_EQ(Values(both->grads[1]), (std::vector<double>{2, 2, 2}));
+  // h retains its gradient from then on, in calls that do not name it too.
+  call.inputs = {"x"};
+  ASSERT_TRUE(recorded->Backward(call).ok());
+  call.inputs = {"h"};
+  auto later = recorded->Backward(call);
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_EQ(Values(later->grads[0]), (std::vector<double>{4, 4, 4}));
 }
 
 TEST(InterpreterTest, BadCallsNameTheValue) {

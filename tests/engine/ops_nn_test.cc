@@ -360,12 +360,17 @@ TEST(MseLossTest, ValuesAndGradients) {
              {Leaf({0, 2}, 9), Leaf({0, 2}, 10)});
   EXPECT_EQ(NodeName(mse_loss(Leaf({2}, 11), Constant({2}, 12))), "MseLossBackward0");
   ExpectInvalid([&] { mse_loss(x, F64({1, 2}, {2})); }, {"[3]", "[2]", "broadcast"});
+  // Note [mse_loss promotes]: to promote_types of the two, as PyTorch after broadcasting.
+  EXPECT_EQ(mse_loss(x, Tensor::FromVector<float>({1, 2, 3}, {3})).dtype(), x.dtype());
+  EXPECT_EQ(mse_loss(x, I64({1, 2, 3}, {3})).dtype(), x.dtype());
+  EXPECT_EQ(
+      mse_loss(Tensor::FromVector<float>({1, 2}, {2}), Tensor::Scalar(1, DType::kFloat64)).dtype(),
+      DType::kFloat64);
   ExpectInvalid(
       [&] {
-        mse_loss(x, Tensor::FromVector<float>({1, 2, 3}, {3}));
+        mse_loss(I64({1, 2}, {2}), I64({1, 2}, {2}));
       },
-      {"mse_loss", "target", "float32", "input"});
-  ExpectInvalid([&] { mse_loss(x, I64({1, 2, 3}, {3})); }, {"mse_loss", "target", "int64"});
+      {"mse_loss", "promote to int64", "float32 or float64"});
 }
 
 // --- layer_norm ---

@@ -150,8 +150,12 @@ TEST(CatTest, JoinsAlongDim) {
   ExpectInvalid([&] { cat({a, b}, 0); }, {"cat", "dimension 0", "[2, 2]", "tensors[1]", "[2, 1]"});
   ExpectInvalid([&] { cat({}, 0); }, {"non-empty"});
   ExpectInvalid([&] { cat({Tensor::Scalar(1, DType::kFloat64)}, 0); }, {"tensors[0] is 0-d"});
-  ExpectInvalid([&] { cat({a, I64({1, 2}, {2, 1})}, 1); }, {"tensors[1]", "int64"});
   ExpectInvalid([&] { cat({a, a}, 2); }, {"dim = 2"});
+  // Note [Promotion in cat and stack]: the list's promoted dtype; a legacy empty [0] skipped.
+  EXPECT_EQ(Values(cat({a, I64({1, 2}, {2, 1})}, 1)), V({0, 1, 1, 2, 3, 2}));
+  EXPECT_EQ(cat({a, I64({1, 2}, {2, 1})}, 1).dtype(), a.dtype());
+  EXPECT_EQ(ShapeOf(cat({Iota({0}), a, Iota({0})}, 1)), S({2, 2}));
+  EXPECT_EQ(stack({I64({1, 2}, {2}), Iota({2})}, 0).dtype(), DType::kFloat64);
 }
 
 TEST(StackTest, JoinsAlongNewDim) {

@@ -48,6 +48,15 @@ def _gelu(x, approximate="none"):
     return y
 
 
+def _mse_loss(x, target, reduction="mean"):
+    # PyTorch promotes mse_loss's operands (to promote_types of the two: it broadcasts them
+    # first, so a 0-d target counts as dimensioned), but Debian's 1.13 then fails in backward
+    # ("Found dtype Double but expected Float"); converting first gives the same forward and
+    # the gradients that promotion means.
+    dtype = torch.promote_types(x.dtype, target.dtype)
+    return F.mse_loss(x.to(dtype), target.to(dtype), reduction=reduction)
+
+
 def _squeeze(x, dim=None):
     return x.squeeze() if dim is None else x.squeeze(dim)
 
@@ -102,11 +111,13 @@ TORCH_OPS = {
                                          label_smoothing=label_smoothing),
     "nll_loss": lambda x, target, weight=None, reduction="mean", ignore_index=-100: F.nll_loss(
         x, target, weight=weight, reduction=reduction, ignore_index=ignore_index),
-    "mse_loss": lambda x, target, reduction="mean": F.mse_loss(x, target, reduction=reduction),
+    "mse_loss": _mse_loss,
     "layer_norm": _layer_norm,
     "embedding": _embedding,
     "conv2d": _conv2d,
     "detach": torch.Tensor.detach,
+    "sign": torch.sign,
+    "to": lambda x, dtype=None, device=None: x.to(getattr(torch, dtype)) if dtype else x,
 }
 
 

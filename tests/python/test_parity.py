@@ -27,6 +27,7 @@ from server_fixture import ServerProcess  # first: puts client/python on sys.pat
 from dual_graph import DualGraph, TOLERANCE, compare
 from gradserve import GradserveError, GraphBuilder
 from graph_gen import RandomGraph
+from shadow_graph import ShadowGraph
 
 # PyTorch warns about mse_loss's broadcasting and such; the comparison is what matters.
 warnings.simplefilter("ignore", UserWarning)
@@ -348,6 +349,177 @@ class HandWrittenParityTest(ServerTestCase):
         g.backward_call([y], retain_graph=True)
         g.backward_call([z, y])  # .grad now holds dy + dz + dy
         self.run_dual(g)
+
+    def test_backward_into_non_leaves(self):
+        """backward(inputs=[h]) for a non-leaf h sums into h.grad (PyTorch retains h's grad),
+        from then on in every later call that reaches h, after h's hooks (Note [backward()
+        into a non-leaf])."""
+        g = ShadowGraph()
+        x = leaf(g, (2, 3), 23)
+        h = g.op("tanh", [g.op("mul", [x, x])])
+        g.hook(h, "scale", factor=2.0)
+        k = g.op("sin", [h])
+        loss = g.op("sum", [g.op("mul", [k, h])])
+        other = g.op("sum", [g.op("exp", [h])])
+        g.backward_call([loss], retain_graph=True, inputs=[h])
+        g.backward_call([loss], retain_graph=True, inputs=[h, x])
+        g.backward_call([other], retain_graph=True, inputs=[x])  # h's .grad grows unseen
+        g.backward_call([loss, other], inputs=[k, h])
+        self.run_dual(g)
+
+    def test_hooks_in_checkpoint_bodies(self):
+        """A hook inside a checkpoint body acts when the body is recomputed, as the same hook in
+        PyTorch with the body inline (Note [Hooks in checkpoint bodies]); nested bodies and a
+        second-order call through the checkpoint included."""
+        g = ShadowGraph()
+        x = leaf(g, (2, 3), 24)
+        w = leaf(g, (3, 3), 25)
+
+        def inner(body, formal):
+            h = body.op("tanh", [formal[0]])
+            body.hook(h, "clamp", min=-0.05, max=0.3)
+            return body.op("mul", [h, formal[0]])
+
+        def layer(body, formal):
+            h = body.op("matmul", [formal[0], formal[1]])
+            body.hook(h, "scale", factor=-2.0)
+            k = body.checkpoint([h], inner)
+            return body.op("sigmoid", [k])
+
+        y = g.checkpoint([x, w], layer)
+        loss = g.op("sum", [g.op("mul", [y, y])])
+        g.grad_call([loss], [x, w], retain_graph=True)
+        g.backward_call([loss])
+        self.run_dual(g, {y: g.values[y].detach().numpy()})
+        # Second order: with a linear hook (scale) only; see the Note for clamp.
+        g = ShadowGraph()
+        x = leaf(g, (2, 3), 26)
+        w = leaf(g, (3, 3), 27)
+
+        def scaled(body, formal):
+            h = body.op("matmul", [formal[0], formal[1]])
+            body.hook(h, "scale", factor=-2.0)
+            return body.op("sigmoid", [body.op("mul", [body.op("tanh", [h]), h])])
+
+        y = g.checkpoint([x, w], scaled)
+        loss = g.op("sum", [g.op("mul", [y, y])])
+        (gx,) = g.grad_op([loss], [x], [g.leaf(np.array(1.0))])
+        g.grad_call([g.op("sum", [g.op("mul", [gx, gx])])], [x, w])
+        self.run_dual(g)
+        # A hook on a body's formal input is refused.
+        body = GraphBuilder(inputs=["f"])
+        body.op("hook", ["f"], out=[], kind="scale", factor=2.0)
+        body.op("exp", ["f"], out="e").outputs("e")
+        b = GraphBuilder().leaf("x", np.ones(2), requires_grad=True)
+        b.op("checkpoint", ["x"], out=["y"], body=body).op("sum", ["y"], out="loss")
+        b.backward_call("loss", inputs=["x"])
+        with self.assertRaises(GradserveError) as cm:
+            self.client.grad(b)
+        self.assertEqual(cm.exception.code.name, "INVALID_ARGUMENT")
+        self.assertIn("hook inside a checkpoint body must be on a value", cm.exception.message)
+
+    def test_found_by_the_differential_fuzzer(self):
+        """Graphs diff_fuzz.py found gradserve wrong on, made small (each failed before)."""
+        # index_select's backward into an empty gradient was INTERNAL.
+        g = ShadowGraph()
+        x = leaf(g, (2, 0), 30)
+        y = g.op("index_select", [x, g.leaf(np.array(1, np.int64))], dim=0)
+        g.grad_call([g.op("sum", [y])], [x])
+        self.run_dual(g)
+        # embedding's backward with an embedding_dim of 0 reshaped to [-1, 0].
+        g = ShadowGraph()
+        w = leaf(g, (3, 0), 35)
+        y = g.op("embedding", [w, g.leaf(np.array([[0, 2]], np.int64))])
+        g.grad_call([g.op("sum", [y])], [w])
+        self.run_dual(g)
+        # A hook on a checkpoint's input ran twice on its gradient under create_graph.
+        g = ShadowGraph()
+        x = leaf(g, (3,), 31)
+        h = g.op("mul", [x, x])
+        y = g.checkpoint([h], lambda body, f: body.op("sin", f))
+        g.hook(h, "scale", factor=0.5)
+        (gh,) = g.grad_op([g.op("sum", [y])], [h], [g.leaf(np.array(1.0))])
+        g.grad_call([g.op("sum", [g.op("mul", [gh, gh])])], [x])
+        self.run_dual(g)
+        # cross_entropy with class probabilities promotes a weight of another dtype.
+        g = ShadowGraph()
+        x = leaf(g, (2, 3), 32, np.float64)
+        p = np.random.default_rng(33).uniform(0.1, 1, size=(2, 3))
+        t = g.leaf((p / p.sum(1, keepdims=True)).astype(np.float64))
+        w = leaf(g, (3,), 34, np.float32)
+        g.grad_call([g.op("cross_entropy", [x, t, w])], [x, w])
+        self.run_dual(g)
+
+    def test_seeds_of_another_dtype_are_converted(self):
+        """A seed may have any floating dtype: it is converted to its root's (the proto's
+        BackwardCall.seeds), as PyTorch converts grad_outputs."""
+        for root_dtype, seed_dtype in ((np.float64, np.float32), (np.float32, np.float64)):
+            g = DualGraph()
+            x = leaf(g, (3,), 28, root_dtype)
+            y = g.op("exp", [x])
+            seed = np.random.default_rng(29).uniform(-1, 1, size=3).astype(seed_dtype)
+            expected = torch.autograd.grad(g.values[y], g.values[x],
+                                           torch.from_numpy(seed).to(g.values[y].dtype))[0]
+            g.builder.backward_call([y], {y: seed}, [x])
+            g.calls.append({x: expected.numpy()})
+            self.run_dual(g)
+
+    def test_mixed_dtypes_promote_as_pytorch(self):
+        """Ops of several tensors make their result in torch.result_type's dtype (cat and
+        stack over the list, mse_loss after broadcasting), and each input's gradient comes back
+        in its own dtype."""
+        cases = [
+            ("cat", [((2, 3), np.float32), ((1, 3), np.float64)], {"dim": 0}),
+            ("cat", [((2,), np.float64), ((3,), np.float32), ((0,), np.float32)], {}),
+            ("cat", [((2, 2), np.float32), ((0,), np.float64)], {"dim": 1}),  # legacy empty
+            ("stack", [((2, 3), np.float64), ((2, 3), np.float32)], {"dim": 1}),
+            ("mse_loss", [((3, 2), np.float32), ((3, 2), np.float64)], {}),
+            ("mse_loss", [((3, 2), np.float64), ((2,), np.float32)], {"reduction": "sum"}),
+            ("mse_loss", [((3,), np.float32), ((), np.float64)], {"reduction": "none"}),
+            ("add", [((3,), np.float32), ((), np.float64)], {}),
+            ("where", [((3,), np.bool_), ((3,), np.float32), ((3,), np.float64)], {}),
+        ]
+        for seed, (op, specs, attrs) in enumerate(cases):
+            with self.subTest(op=op, specs=specs):
+                g = DualGraph()
+                names = []
+                for i, (shape, dtype) in enumerate(specs):
+                    if dtype == np.bool_:
+                        names.append(g.leaf(np.arange(int(np.prod(shape))).reshape(shape) % 2 == 0))
+                    else:
+                        names.append(leaf(g, shape, 50 + 3 * seed + i, dtype))
+                y = g.op(op, names, **attrs)
+                seed_value = np.random.default_rng(seed).uniform(-1, 1, size=g.values[y].shape)
+                wrt = [n for n in names if g.values[n].requires_grad]
+                g.grad_call([y], wrt, {y: seed_value.astype(g.values[y].detach().numpy().dtype)})
+                self.run_dual(g, {y: g.values[y].detach().numpy()})
+
+    def test_mixed_dtypes_refused_as_pytorch(self):
+        """Where PyTorch itself refuses mixed dtypes (matmul, conv2d, layer_norm's and the
+        losses' class weights), gradserve refuses too, naming the dtypes."""
+        f32 = lambda shape: np.ones(shape, np.float32)  # noqa: E731
+        f64 = lambda shape: np.ones(shape, np.float64)  # noqa: E731
+        target = np.array([0, 1], np.int64)
+        cases = [
+            ("matmul", [f32((2, 2)), f64((2, 2))], {}),
+            ("conv2d", [f32((1, 1, 3, 3)), f64((1, 1, 2, 2))], {}),
+            ("layer_norm", [f32((2, 3)), f64((3,))], {"normalized_shape": [3]}),
+            ("cross_entropy", [f32((2, 3)), target, f64((3,))], {}),
+            ("nll_loss", [f32((2, 3)), target, f64((3,))], {}),
+        ]
+        for op, arrays, attrs in cases:
+            with self.subTest(op=op):
+                g = DualGraph()
+                names = [g.leaf(a, requires_grad=a.dtype != np.int64) for a in arrays]
+                with self.assertRaises(RuntimeError):
+                    g.evaluate(op, names, attrs)
+                g.builder.op(op, names, out="y", **attrs)
+                g.builder.op("sum", ["y"], out="loss")
+                g.builder.backward_call("loss", inputs=[names[0]])
+                with self.assertRaises(GradserveError) as cm:
+                    self.client.grad(g.builder)
+                self.assertEqual(cm.exception.code.name, "INVALID_ARGUMENT")
+                self.assertIn("float64", cm.exception.message)
 
 
 if __name__ == "__main__":

@@ -86,8 +86,11 @@ __global__ void SoftmaxForwardKernel(const T* x, T* y, int64_t rows, int64_t siz
     }
     total = BlockReduce(total, AddOp{}, shared);
     if (log) {
-      const T shift = max + static_cast<T>(::log(total));
-      for (int64_t k = threadIdx.x; k < size; k += kBlock) out[k * inner] = in[k * inner] - shift;
+      // Note [log_softmax without cancellation] (nn.cc): (x - max) - log(sum).
+      const T log_total = static_cast<T>(::log(total));
+      for (int64_t k = threadIdx.x; k < size; k += kBlock) {
+        out[k * inner] = (in[k * inner] - max) - log_total;
+      }
     } else {
       const double scale = 1 / total;
       for (int64_t k = threadIdx.x; k < size; k += kBlock) {
