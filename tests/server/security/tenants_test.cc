@@ -26,17 +26,14 @@ class TenantsTest : public ::testing::Test {
   void Start(server::ServerOptions options) {
     pki_.Write("tokens", absl::StrCat("a1 acme ", TokenDigest(kAcme), " all\nb1 beta ",
                                       TokenDigest(kBeta), " all\n"));
-    options.security.tls_cert = pki_.Path("server.pem");
-    options.security.tls_key = pki_.Path("server-key.pem");
-    options.security.auth_tokens_file = pki_.Path("tokens");
+    pki_.ServeTlsWithTokens(options);
     absl::StatusOr<std::unique_ptr<server::GradServer>> server = server::GradServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
   }
 
   std::unique_ptr<client::Client> Client(const std::string& token) {
-    return ClientWith(absl::StrCat("127.0.0.1:", server_->port()),
-                      TlsCredentials(pki_.Path("ca.pem"), "", "", token));
+    return pki_.TokenClient(server_->port(), token);
   }
 
   static client::CallOptions Quick() {

@@ -107,6 +107,17 @@ std::unique_ptr<client::Client> ClientWith(
                                           options);
 }
 
+void TestPki::ServeTlsWithTokens(server::ServerOptions& options) const {
+  options.security.tls_cert = Path("server.pem");
+  options.security.tls_key = Path("server-key.pem");
+  options.security.auth_tokens_file = Path("tokens");
+}
+
+std::unique_ptr<client::Client> TestPki::TokenClient(int port, const std::string& token) const {
+  return ClientWith(absl::StrCat("127.0.0.1:", port),
+                    TlsCredentials(Path("ca.pem"), "", "", token));
+}
+
 std::string TokenDigest(const std::string& token) {
   return server::HexDigest(server::Sha256(token));
 }

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "client/library/gradserve_client.h"
+#include "server/service/server_options.h"
 
 namespace gradserve::testing {
 
@@ -39,6 +40,12 @@ class TestPki {
   void Write(const std::string& name, const std::string& text) const;
   // Copies the file from over the file to, atomically (a rename).
   void Replace(const std::string& to, const std::string& from) const;
+
+  // Sets options to serve TLS with server.pem and to check the tokens file "tokens" (write it
+  // first).
+  void ServeTlsWithTokens(server::ServerOptions& options) const;
+  // A client of 127.0.0.1:port trusting ca.pem and sending token (none if empty).
+  std::unique_ptr<client::Client> TokenClient(int port, const std::string& token) const;
 
  private:
   std::string dir_;

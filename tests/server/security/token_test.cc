@@ -34,9 +34,7 @@ class TokenTest : public ::testing::Test {
   void SetUp() override {
     pki_.Write("tokens", Tokens(/*with_bob=*/true));
     server::ServerOptions options = TestOptions();
-    options.security.tls_cert = pki_.Path("server.pem");
-    options.security.tls_key = pki_.Path("server-key.pem");
-    options.security.auth_tokens_file = pki_.Path("tokens");
+    pki_.ServeTlsWithTokens(options);
     options.security.reload_interval = absl::Milliseconds(50);
     absl::StatusOr<std::unique_ptr<server::GradServer>> server = server::GradServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -44,8 +42,7 @@ class TokenTest : public ::testing::Test {
   }
 
   std::unique_ptr<client::Client> Client(const std::string& token) {
-    return ClientWith(absl::StrCat("127.0.0.1:", server_->port()),
-                      TlsCredentials(pki_.Path("ca.pem"), "", "", token));
+    return pki_.TokenClient(server_->port(), token);
   }
 
   static client::CallOptions Quick() {
