@@ -108,7 +108,7 @@ function checkSchemas(objects, report) {
   if (virtual.size === 0) return;
 
   const options = {
-    strict: true, noEmit: true, skipLibCheck: true, types: [], lib: ["lib.es2020.d.ts"],
+    strict: true, noEmit: true, skipLibCheck: true, types: [], lib: ["lib.es5.d.ts"],
     target: ts.ScriptTarget.ES2020, module: ts.ModuleKind.CommonJS,
     moduleResolution: ts.ModuleResolutionKind.Node10,
   };

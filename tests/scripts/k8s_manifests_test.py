@@ -1,0 +1,193 @@
+#!/usr/bin/python3
+"""Tests of deploy/k8s/validate.sh: every overlay of the real tree renders and passes, the
+rendered objects say what docs/deploy.md says they do, and a copy broken on purpose (a misspelt
+field, replicas beside the HPA, :latest, ...) fails, naming the field.
+
+Exits 77 (skipped) without kubectl, node or the checker's npm packages
+(`npm ci --prefix deploy/k8s/validate`).
+
+Usage: k8s_manifests_test.py [REPO_ROOT]
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+K8S = os.path.join(ROOT, "deploy", "k8s")
+VALIDATE = os.path.join(K8S, "validate.sh")
+
+
+def skip_reason():
+    if shutil.which("kubectl") is None:
+        return "kubectl not found (it renders the overlays)"
+    if shutil.which("node") is None:
+        return "node not found: apt-get install nodejs npm"
+    for package in ("typescript", "kubernetes-types", "yaml"):
+        if not os.path.isdir(os.path.join(K8S, "validate", "node_modules", package)):
+            return "the checker's npm packages are missing: npm ci --prefix deploy/k8s/validate"
+    return None
+
+
+def run(*args):
+    return subprocess.run([VALIDATE, *args], capture_output=True, text=True, timeout=120)
+
+
+class RealTreeTest(unittest.TestCase):
+    """The manifests as committed: one render shared by the tests of this class."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.out = tempfile.mkdtemp(prefix="k8s_rendered_")
+        cls.result = run("--out", cls.out)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.out)
+
+    def rendered(self, overlay):
+        with open(os.path.join(self.out, overlay + ".yaml"), encoding="utf-8") as f:
+            return f.read()
+
+    def test_every_overlay_renders_and_passes(self):
+        self.assertEqual(self.result.returncode, 0, self.result.stdout + self.result.stderr)
+        self.assertIn("rendered overlays/cpu: 7 objects", self.result.stdout)
+        self.assertIn("rendered overlays/gpu: 7 objects", self.result.stdout)
+        self.assertIn("validate.sh: every overlay renders and passes", self.result.stdout)
+
+    def test_the_cpu_overlay_is_what_the_docs_say(self):
+        cpu = self.rendered("cpu")
+        for text in ("name: gradserve-headless", "clusterIP: None", "type: ClusterIP",
+                     "pod-security.kubernetes.io/enforce: restricted",
+                     "image: gradserve:0.1.0", "--max_connection_age=5m",
+                     "--grace_period=25s", "terminationGracePeriodSeconds: 35",
+                     "automountServiceAccountToken: false", "type: RuntimeDefault",
+                     "maxUnavailable: 1", "topologySpreadConstraints:", "port: 50052",
+                     "secretName: gradserve-tls", "secretName: gradserve-tokens",
+                     "namespace: gradserve\n"):
+            self.assertIn(text, cpu)
+        self.assertNotIn("replicas:", cpu.replace("minReplicas", "").replace("maxReplicas", ""))
+        self.assertNotIn("--devices=cuda", cpu)
+        self.assertNotIn("nvidia.com/gpu", cpu)
+
+    def test_the_gpu_overlay_asks_for_a_gpu(self):
+        gpu = self.rendered("gpu")
+        for text in ("--devices=cuda", 'nvidia.com/gpu: "1"', "image: gradserve-cuda:0.1.0",
+                     'nvidia.com/gpu.present: "true"', "key: nvidia.com/gpu",
+                     "namespace: gradserve-gpu\n", "maxReplicas: 4"):
+            self.assertIn(text, gpu)
+
+
+class BrokenCopyTest(unittest.TestCase):
+    """A copy of deploy/k8s (less the checker's node_modules), broken one way per test."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="k8s_manifests_")
+        shutil.copytree(os.path.join(K8S, "base"), os.path.join(self.tmp, "base"))
+        shutil.copytree(os.path.join(K8S, "overlays"), os.path.join(self.tmp, "overlays"))
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def replace(self, rel, old, new):
+        path = os.path.join(self.tmp, rel)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        self.assertEqual(text.count(old), 1, f"{old!r} in {rel}")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text.replace(old, new))
+
+    def check_fails(self, *expected):
+        result = run("--k8s-dir", self.tmp)
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        for text in expected:
+            self.assertIn(text, result.stdout)
+        self.assertIn("validate.sh: FAILED", result.stderr)
+        return result.stdout
+
+    def test_the_copy_passes(self):
+        result = run("--k8s-dir", self.tmp)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+
+    def test_a_misspelt_probe_field_fails(self):
+        self.replace("base/deployment.yaml", "            periodSeconds: 5\n",
+                     "            periodSecond: 5\n")
+        out = self.check_fails(
+            "FAIL cpu: Deployment gradserve/gradserve: "
+            "spec.template.spec.containers[0].readinessProbe.periodSecond: ",
+            "'periodSecond' does not exist in type 'Probe'",
+            "Did you mean to write 'periodSeconds'?")
+        self.assertIn("FAIL gpu: Deployment gradserve-gpu/gradserve: "
+                      "spec.template.spec.containers[0].readinessProbe.periodSecond", out)
+
+    def test_a_misspelt_security_field_fails(self):
+        self.replace("base/deployment.yaml", "            runAsNonRoot: true\n",
+                     "            runAsNonroot: true\n")
+        self.check_fails(
+            "spec.template.spec.containers[0].securityContext.runAsNonroot: ",
+            "'runAsNonroot' does not exist in type 'SecurityContext'",
+            "Did you mean to write 'runAsNonRoot'?")
+
+    def test_a_misspelt_field_of_an_overlay_patch_fails(self):
+        self.replace("overlays/gpu/deployment-gpu.yaml", "      tolerations:\n",
+                     "      toleration:\n")
+        out = self.check_fails("FAIL gpu: Deployment gradserve-gpu/gradserve: "
+                               "spec.template.spec.toleration: ")
+        self.assertNotIn("FAIL cpu", out)
+
+    def test_a_wrong_type_fails(self):
+        self.replace("base/deployment.yaml", "failureThreshold: 6", 'failureThreshold: "six"')
+        self.check_fails("livenessProbe.failureThreshold: Type 'string' is not assignable "
+                         "to type 'number'")
+
+    def test_replicas_beside_the_hpa_fail(self):
+        self.replace("base/deployment.yaml", "  selector:\n    matchLabels:",
+                     "  replicas: 2\n  selector:\n    matchLabels:")
+        self.check_fails("spec.replicas: must be left out: a HorizontalPodAutoscaler owns")
+
+    def test_latest_fails(self):
+        self.replace("base/kustomization.yaml", 'newTag: "0.1.0"', "newTag: latest")
+        self.check_fails('.image: "gradserve:latest" needs a tag other than latest')
+
+    def test_requests_below_limits_fail(self):
+        self.replace("base/deployment.yaml", "            requests:\n              cpu: \"4\"",
+                     "            requests:\n              cpu: \"2\"")
+        self.check_fails("requests.cpu (2) must equal limits.cpu (4)")
+
+    def test_a_restricted_pod_security_violation_fails(self):
+        self.replace("base/deployment.yaml", "            allowPrivilegeEscalation: false\n",
+                     "")
+        self.replace("base/deployment.yaml", "          type: RuntimeDefault\n",
+                     "          type: Unconfined\n")
+        self.check_fails("securityContext.allowPrivilegeEscalation: must be false",
+                         "securityContext.seccompProfile.type: must be RuntimeDefault")
+
+    def test_a_readiness_probe_that_flaps_fails(self):
+        self.replace("base/deployment.yaml", "failureThreshold: 3\n", "failureThreshold: 1\n")
+        self.check_fails("readinessProbe.failureThreshold: must be 2 or more")
+
+    def test_a_grace_period_shorter_than_the_drain_fails(self):
+        self.replace("base/deployment.yaml", "--grace_period=25s", "--grace_period=40s")
+        self.check_fails("terminationGracePeriodSeconds: 35 must exceed the preStop sleep "
+                         "(5 s) plus --grace_period (40 s)")
+
+    def test_a_pdb_with_min_available_fails(self):
+        self.replace("base/pdb.yaml", "maxUnavailable: 1", "minAvailable: 1")
+        self.check_fails("PodDisruptionBudget gradserve/gradserve: spec: use maxUnavailable")
+
+    def test_an_overlay_that_does_not_render_fails(self):
+        self.replace("overlays/cpu/kustomization.yaml", "  - ../../base\n",
+                     "  - ../../base\n  - missing.yaml\n")
+        self.check_fails("FAIL cpu: kubectl kustomize overlays/cpu:")
+
+
+if __name__ == "__main__":
+    reason = skip_reason()
+    if reason:
+        print(f"SKIP: {reason}")
+        sys.exit(77)
+    unittest.main(verbosity=2)
