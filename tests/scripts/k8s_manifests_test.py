@@ -76,7 +76,7 @@ class RealTreeTest(unittest.TestCase):
 
     def test_the_gpu_overlay_asks_for_a_gpu(self):
         gpu = self.rendered("gpu")
-        for text in ("--devices=cuda", 'nvidia.com/gpu: "1"', "image: gradserve-cuda:0.1.0",
+        for text in ("--devices=cuda", 'nvidia.com/gpu: "1"', "image: gradserve:0.1.0-cuda13.0",
                      'nvidia.com/gpu.present: "true"', "key: nvidia.com/gpu",
                      "namespace: gradserve-gpu\n", "maxReplicas: 4"):
             self.assertIn(text, gpu)
