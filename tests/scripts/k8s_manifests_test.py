@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Tests of deploy/k8s/validate.sh: every overlay of the real tree renders and passes, the
 rendered objects say what docs/deploy.md says they do, and a copy broken on purpose (a misspelt
-field, replicas beside the HPA, :latest, ...) fails, naming the field.
+field, replicas beside the HPA, :latest, ...) fails, naming the field. Also runs the blocks of
+docs/deploy.md marked `<!-- tested offline -->`, and checks that every flag the Deployment
+passes is one gradserve-server has.
 
 Exits 77 (skipped) without kubectl, node or the checker's npm packages
 (`npm ci --prefix deploy/k8s/validate`).
@@ -10,6 +12,7 @@ Usage: k8s_manifests_test.py [REPO_ROOT]
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -80,6 +83,34 @@ class RealTreeTest(unittest.TestCase):
                      'nvidia.com/gpu.present: "true"', "key: nvidia.com/gpu",
                      "namespace: gradserve-gpu\n", "maxReplicas: 4"):
             self.assertIn(text, gpu)
+
+
+class DocsTest(unittest.TestCase):
+    def test_the_offline_blocks_of_docs_deploy_md_run(self):
+        with open(os.path.join(ROOT, "docs", "deploy.md"), encoding="utf-8") as f:
+            blocks = re.findall(r"<!-- tested offline -->\n```sh\n(.*?)```", f.read(), re.S)
+        self.assertGreaterEqual(len(blocks), 3)
+        with tempfile.TemporaryDirectory(prefix="k8s_docs_") as tmp:
+            # The repository's deploy/ beside a scratch folder: what a block writes stays there.
+            os.symlink(os.path.join(ROOT, "deploy"), os.path.join(tmp, "deploy"))
+            for block in blocks:
+                result = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp,
+                                        capture_output=True, text=True, timeout=120)
+                self.assertEqual(result.returncode, 0,
+                                 block + result.stdout + result.stderr)
+
+    def test_the_deployment_passes_only_flags_the_server_has(self):
+        with open(os.path.join(ROOT, "server", "process", "main.cc"), encoding="utf-8") as f:
+            flags = set(re.findall(r"ABSL_FLAG\([^,]+,\s*(\w+)\s*,", f.read()))
+        self.assertIn("grace_period", flags)
+        for overlay in ("cpu", "gpu"):
+            rendered = subprocess.run(["kubectl", "kustomize",
+                                       os.path.join(K8S, "overlays", overlay)],
+                                      capture_output=True, text=True, timeout=60, check=True)
+            args = re.findall(r"^\s+- --(\w+)=", rendered.stdout, re.M)
+            self.assertGreater(len(args), 10)
+            for arg in args:
+                self.assertIn(arg, flags, f"overlays/{overlay} passes --{arg}")
 
 
 class BrokenCopyTest(unittest.TestCase):
