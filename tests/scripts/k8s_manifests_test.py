@@ -2,8 +2,11 @@
 """Tests of deploy/k8s/validate.sh: every overlay of the real tree renders and passes, the
 rendered objects say what docs/deploy.md says they do, and a copy broken on purpose (a misspelt
 field, replicas beside the HPA, :latest, ...) fails, naming the field. Also runs the blocks of
-docs/deploy.md marked `<!-- tested offline -->`, and checks that every flag the Deployment
-passes is one gradserve-server has.
+docs/deploy.md marked `<!-- tested offline -->`, checks that every flag the Deployment
+passes is one gradserve-server has, and, where CTest names the binaries (GRADSERVE_SERVER,
+GRADSERVE_CLI), starts the server with the Deployment's own args (TLS and tokens from files made
+here, on 127.0.0.1): the admin address answers health, a dns:/// client with its token pings,
+and SIGTERM drains it to exit 0.
 
 Exits 77 (skipped) without kubectl, node or the checker's npm packages
 (`npm ci --prefix deploy/k8s/validate`).
@@ -14,9 +17,11 @@ Usage: k8s_manifests_test.py [REPO_ROOT]
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 ROOT = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else os.path.dirname(
@@ -111,6 +116,92 @@ class DocsTest(unittest.TestCase):
             self.assertGreater(len(args), 10)
             for arg in args:
                 self.assertIn(arg, flags, f"overlays/{overlay} passes --{arg}")
+
+
+@unittest.skipUnless(os.environ.get("GRADSERVE_SERVER") and os.environ.get("GRADSERVE_CLI")
+                     and shutil.which("openssl"),
+                     "GRADSERVE_SERVER, GRADSERVE_CLI (set by CTest) or openssl missing")
+class DeploymentArgsTest(unittest.TestCase):
+    """gradserve-server started with the cpu overlay's args, as the pod starts it."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="k8s_args_")
+        key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+        def openssl(*args):
+            subprocess.run(["openssl", *args], cwd=self.tmp, check=True, capture_output=True)
+        openssl("req", "-x509", *key, "-keyout", "ca-key.pem", "-out", "ca.pem", "-days", "2",
+                "-subj", "/CN=test-ca")
+        openssl("req", *key, "-keyout", "tls.key", "-out", "server.csr", "-subj", "/CN=gradserve")
+        with open(os.path.join(self.tmp, "server.ext"), "w", encoding="utf-8") as f:
+            f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+        openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem",
+                "-CAcreateserial", "-out", "tls.crt", "-days", "2", "-extfile", "server.ext")
+        token = os.urandom(16).hex()
+        digest = subprocess.run(["sha256sum"], input=token, capture_output=True, text=True,
+                                check=True).stdout.split()[0]
+        with open(os.path.join(self.tmp, "tokens"), "w", encoding="utf-8") as f:
+            f.write(f"trainer-1 acme {digest}\n")
+        with open(os.path.join(self.tmp, "trainer-1.token"), "w", encoding="utf-8") as f:
+            f.write(token)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def deployment_args(self):
+        rendered = subprocess.run(["kubectl", "kustomize", os.path.join(K8S, "overlays", "cpu")],
+                                  capture_output=True, text=True, timeout=60, check=True).stdout
+        args = []
+        for arg in re.findall(r"^\s+- (--\w+=\S+)$", rendered, re.M):
+            # The pod's paths and addresses, moved here: the Secrets' folders to this test's
+            # files, 0.0.0.0 to loopback on free ports.
+            arg = arg.replace("/etc/gradserve/tls/", self.tmp + "/")
+            arg = arg.replace("/etc/gradserve/tokens/", self.tmp + "/")
+            arg = re.sub(r"^(--(admin_)?listen)=0\.0\.0\.0:\d+$", r"\1=127.0.0.1:0", arg)
+            args.append(arg)
+        self.assertIn("--listen=127.0.0.1:0", args)
+        self.assertIn("--admin_listen=127.0.0.1:0", args)
+        return args
+
+    def test_the_server_starts_serves_and_drains_with_the_deployments_args(self):
+        log_path = os.path.join(self.tmp, "server.log")
+        with open(log_path, "w", encoding="utf-8") as log:
+            server = subprocess.Popen([os.environ["GRADSERVE_SERVER"], *self.deployment_args()],
+                                      stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 30
+            text = ""
+            while "listening on" not in text and time.monotonic() < deadline:
+                self.assertIsNone(server.poll(), "the server exited")
+                time.sleep(0.1)
+                with open(log_path, encoding="utf-8") as f:
+                    text = f.read()
+            self.assertIn("aged out after 5m (grace 1m)", text)
+            self.assertIn("tls: on; tokens: 1 clients of 1 tenants", text)
+            admin = re.search(r"plaintext\): (127\.0\.0\.1:\d+)", text).group(1)
+            port = re.search(r"listening on 127\.0\.0\.1:(\d+)", text).group(1)
+
+            def cli(*args):
+                return subprocess.run([os.environ["GRADSERVE_CLI"], *args], capture_output=True,
+                                      text=True, timeout=60)
+            health = cli("health", "--target=" + admin)
+            self.assertEqual(health.returncode, 0, health.stdout + health.stderr)
+            self.assertIn("SERVING", health.stdout)
+            ping = cli("ping", f"--target=dns:///localhost:{port}",
+                       "--tls_ca=" + os.path.join(self.tmp, "ca.pem"),
+                       "--token_file=" + os.path.join(self.tmp, "trainer-1.token"))
+            self.assertEqual(ping.returncode, 0, ping.stdout + ping.stderr)
+            server.send_signal(signal.SIGTERM)
+            self.assertEqual(server.wait(timeout=40), 0)
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+        with open(log_path, encoding="utf-8") as f:
+            text = f.read()
+        self.assertIn("every call in flight finished; exiting", text)
+        with open(os.path.join(self.tmp, "trainer-1.token"), encoding="utf-8") as f:
+            self.assertNotIn(f.read(), text)  # a secret never reaches a log line
 
 
 class BrokenCopyTest(unittest.TestCase):
