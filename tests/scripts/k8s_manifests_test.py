@@ -11,9 +11,10 @@ and SIGTERM drains it to exit 0.
 Exits 77 (skipped) without kubectl, node or the checker's npm packages
 (`npm ci --prefix deploy/k8s/validate`).
 
-Usage: k8s_manifests_test.py [REPO_ROOT]
+Usage: k8s_manifests_test.py [REPO_ROOT] [unittest arguments: a class or test name]
 """
 
+import json
 import os
 import re
 import shutil
@@ -202,6 +203,40 @@ class DeploymentArgsTest(unittest.TestCase):
         self.assertIn("every call in flight finished; exiting", text)
         with open(os.path.join(self.tmp, "trainer-1.token"), encoding="utf-8") as f:
             self.assertNotIn(f.read(), text)  # a secret never reaches a log line
+
+
+@unittest.skipUnless(shutil.which("openssl"), "openssl missing")
+class SecretsTest(unittest.TestCase):
+    def test_the_docs_secrets_hold_the_files_the_deployment_reads(self):
+        # docs/deploy.md's `kubectl create secret` lines, run with --dry-run=client (no cluster)
+        # on stand-in files: the Secrets' keys become the file names under the mounts.
+        with open(os.path.join(ROOT, "docs", "deploy.md"), encoding="utf-8") as f:
+            lines = re.findall(r"^kubectl -n gradserve create secret .*$", f.read(), re.M)
+        self.assertEqual(len(lines), 2, lines)
+        files = {}
+        with tempfile.TemporaryDirectory(prefix="k8s_secrets_") as tmp:
+            # kubectl checks that the certificate and key are PEM and a pair.
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                            "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "server-key.pem",
+                            "-out", "server.pem", "-days", "2", "-subj", "/CN=gradserve"],
+                           cwd=tmp, check=True, capture_output=True)
+            with open(os.path.join(tmp, "tokens.txt"), "w", encoding="utf-8") as f:
+                f.write("# NAME TENANT SHA256_HEX\n")
+            for line in lines:
+                result = subprocess.run(line.split() + ["--dry-run=client", "-o", "json"],
+                                        cwd=tmp, capture_output=True, text=True, timeout=60)
+                self.assertEqual(result.returncode, 0, line + result.stderr)
+                secret = json.loads(result.stdout)
+                files[secret["metadata"]["name"]] = sorted(secret["data"])
+        self.assertEqual(files, {"gradserve-tls": ["tls.crt", "tls.key"],
+                                 "gradserve-tokens": ["tokens"]})
+        rendered = subprocess.run(["kubectl", "kustomize", os.path.join(K8S, "overlays", "cpu")],
+                                  capture_output=True, text=True, timeout=60, check=True).stdout
+        for arg in ("--tls_cert=/etc/gradserve/tls/tls.crt", "--tls_key=/etc/gradserve/tls/tls.key",
+                    "--auth_tokens_file=/etc/gradserve/tokens/tokens"):
+            self.assertIn(arg, rendered)
+        for mount in ("mountPath: /etc/gradserve/tls", "mountPath: /etc/gradserve/tokens"):
+            self.assertIn(mount, rendered)
 
 
 class BrokenCopyTest(unittest.TestCase):
