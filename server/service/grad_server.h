@@ -7,7 +7,7 @@
 // call] in server/security/token_auth.h). --admin_listen (off by default) adds a second,
 // plaintext address with health, reflection and GetServerInfo, for probes, operators and, later,
 // metrics on the loopback or the pod's network; a NetworkPolicy keeps it there
-// (deploy/k8s/networkpolicy.yaml). With it and no token file, GetServerInfo moves there: the
+// (deploy/k8s/base/networkpolicy.yaml). With it and no token file, GetServerInfo moves there: the
 // serving port answers it PERMISSION_DENIED. Reflection, which gRPC installs on every server,
 // stays on the serving port too (it describes proto/, which is public); a token file guards it
 // there.
@@ -77,7 +77,7 @@
 // fails and the pod is not ready, as NOT_SERVING would make it. It cannot be answered
 // NOT_SERVING instead: gRPC 1.51 cannot send GOAWAY without refusing new calls, health checks
 // included, and a probe makes a new connection each time. Kubernetes takes a terminating pod
-// out of its Service's endpoints by itself; deploy/k8s/deployment.yaml's preStop sleep keeps
+// out of its Service's endpoints by itself; deploy/k8s/base/deployment.yaml's preStop sleep keeps
 // the server serving until that has reached every node, so that clients' reconnections after
 // the GOAWAY go to the other replicas.
 
