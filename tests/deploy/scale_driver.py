@@ -393,7 +393,7 @@ class Scenario:
                 break
         self.t_kill = time.time()
         r["r1"].proc.send_signal(signal.SIGKILL)
-        self.event(f"SIGKILL r1 ({in_flight_r1} grad calls in flight at the poll just before)")
+        self.event(f"SIGKILL r1 (grad calls in flight at the poll just before: {in_flight_r1})")
         live.remove("r1")
         self.hosts(live)
         r["r1"].proc.wait()
