@@ -537,8 +537,11 @@ class Scenario:
               f"{per_cpu['one']:.1f} calls per server CPU-second")
         print(f"  2 replicas (cores 0, 1; client on both): {two['calls_per_s']:7.1f} calls/s, "
               f"{per_cpu['two']:.1f} calls per server CPU-second")
-        print(f"  scaling {scaling:.2f}x of the ideal 2x ({scaling / 2 * 100:.0f}%); client "
-              f"CPU {two['client_cpu_s'] / two['seconds'] * 100:.1f}% of a core")
+        client_cores = two["client_cpu_s"] / two["seconds"]
+        fair = 2 - client_cores  # the cores left to the replicas with the client on them too
+        print(f"  scaling {scaling:.2f}x of the ideal 2x ({scaling / 2 * 100:.0f}%); the client "
+              f"took {client_cores * 100:.1f}% of a core, so the replicas had {fair:.2f} cores: "
+              f"{scaling / fair * 100:.0f}% of {fair:.2f}x")
         print("  load average at the end (other processes share these cores): "
               + " ".join(f"{x:.2f}" for x in os.getloadavg()))
         print(f"took {time.time() - self.t_begin:.0f} s (replicas up to the summary)")
