@@ -15,9 +15,10 @@ restarts it, and adds a fourth. It then measures throughput: one replica pinned 
 against two pinned to cores 0 and 1 (`throughput`, run as a child process so that it can be
 pinned itself). It prints a summary and exits 1 if a must-hold fails:
 
-  - every call ends OK; the only failed attempts are UNAVAILABLE ones of calls in flight on the
-    killed replica (started before the SIGKILL, failed within 2 s after it), each retried to
-    success by the driver (counted separately);
+  - every call ends OK, with the same gradients as the first answer to the same request; the
+    only failed attempts are UNAVAILABLE ones from the killed replica's address within 2 s of
+    its SIGKILL (in flight then, or sent on its connection before the client saw it close),
+    each retried to success by the driver and counted separately;
   - in every window with a stable set of live replicas, each replica's share of the calls (from
     its GetServerInfo counters) is within 20% of even;
   - the drained replica exits 0 after its calls finish; the added replica gets its share;
@@ -266,6 +267,11 @@ class Load:
         self._lock = threading.Lock()
         self.calls = []     # (start, end, kind, final code name, attempts)
         self.failed_attempts = []  # (start, end, kind, code name, peer, details)
+        # The gradients of each request as first answered, and the answers that differ from
+        # them: every replica runs the same binary with one thread per product, so the
+        # bytes must be the same.
+        self._reference = {}
+        self.wrong_answers = []  # (end, kind)
         self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True)
                          for i in range(concurrency)]
 
@@ -278,18 +284,29 @@ class Load:
         for t in self._threads:
             t.join(CALL_TIMEOUT_S * MAX_ATTEMPTS)
 
+    def _check(self, index, kind, resp):
+        answer = b"".join(c.SerializeToString(deterministic=True) for c in resp.calls)
+        answer += b"".join(v.SerializeToString(deterministic=True) for v in resp.values)
+        with self._lock:
+            ref = self._reference.setdefault(index, answer)
+            if ref != answer:
+                self.wrong_answers.append((time.time(), kind))
+
     def _run(self, index):
         i = index
         while not self._stop.is_set():
-            kind, req = self._mix[i % len(self._mix)]
+            slot = i % len(self._mix)
+            kind, req = self._mix[slot]
             i += 1
             start = time.time()
             code = "OK"
             for attempt in range(1, MAX_ATTEMPTS + 1):
                 t0 = time.time()
                 try:
-                    gradserve_pb2.GradResponse.FromString(self._call(req, timeout=CALL_TIMEOUT_S))
+                    resp = gradserve_pb2.GradResponse.FromString(
+                        self._call(req, timeout=CALL_TIMEOUT_S))
                     code = "OK"
+                    self._check(slot, kind, resp)
                     break
                 except grpc.RpcError as e:
                     code = e.code().name
@@ -410,8 +427,9 @@ class Scenario:
         before = r["r2"].counters().requests_total
         time.sleep(min(a.prestop, 1))
         self.calls_before_term = r["r2"].counters().requests_total - before
-        t_term = self.event(f"SIGTERM r2 (drain); it got {self.calls_before_term} calls in the "
-                            f"last {min(a.prestop, 1):g} s")
+        t_term = self.event(f"SIGTERM r2 (drain); grad calls it got in the last "
+                            f"{min(a.prestop, 1):g} s (between two polls): "
+                            f"{self.calls_before_term}")
         r["r2"].proc.send_signal(signal.SIGTERM)
         try:
             code = r["r2"].proc.wait(timeout=20)
@@ -499,7 +517,10 @@ class Scenario:
         print("events:")
         for t, text in self.events:
             print(f"  t={t - self.t_begin:5.1f}s  {text}")
-        print(f"calls not OK in the end: {len(not_ok)}")
+        print(f"calls not OK in the end: {len(not_ok)}; answers that differ from the first "
+              f"answer to the same request: {len(self.load.wrong_answers)}")
+        if self.load.wrong_answers:
+            self.failures.append(f"{len(self.load.wrong_answers)} answers differ")
         print(f"failed attempts on the killed replica r1 (all UNAVAILABLE): {len(on_killed)} "
               f"({in_flight} in flight at the SIGKILL, {len(on_killed) - in_flight} sent in the "
               f"instant after it; {unnamed} without a peer address in the error); calls "
