@@ -49,8 +49,7 @@ import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 from google.protobuf import json_format  # noqa: E402
 
-import gradserve  # noqa: E402,F401  (installs the generated stubs as gradserve.v1)
-from gradserve.v1 import gradserve_pb2  # noqa: E402
+gradserve_pb2 = None  # gradserve.v1.gradserve_pb2, imported by main() (needs the stubs)
 
 PORT = 50051
 SERVICE = "gradserve.v1.GradService"
@@ -214,10 +213,6 @@ class Replica:
         raw = self.stub(INFO)(gradserve_pb2.ServerInfoRequest().SerializeToString(), timeout=5)
         return gradserve_pb2.ServerInfo.FromString(raw).counters
 
-    def cpu_seconds(self):
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def pin(self, core):
         subprocess.run(["taskset", "-a", "-p", "-c", str(core), str(self.proc.pid)],
@@ -235,6 +230,13 @@ class Replica:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+def cpu_seconds(pid):
+    """User and system CPU seconds of a process, all its threads."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def write_hosts(path, names):
@@ -332,15 +334,19 @@ def throughput_main(args):
     grpc.channel_ready_future(channel).result(timeout=10)
     load = Load(channel, mix, args.concurrency)
     load.start()
+    pids = [int(p) for p in args.pids.split(",")] if args.pids else []
     time.sleep(args.warmup)
     t0, r0 = time.time(), resource.getrusage(resource.RUSAGE_SELF)
+    s0 = [cpu_seconds(p) for p in pids]
     time.sleep(args.seconds)
     t1, r1 = time.time(), resource.getrusage(resource.RUSAGE_SELF)
+    s1 = [cpu_seconds(p) for p in pids]
     load.stop()
     done = [c for c in load.calls if t0 <= c[1] < t1]
     json.dump({"calls": len(done), "ok": sum(c[3] == "OK" for c in done),
                "seconds": t1 - t0, "calls_per_s": len(done) / (t1 - t0),
                "client_cpu_s": (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime),
+               "server_cpu_s": [b - a for a, b in zip(s0, s1)],
                "failed_attempts": len(load.failed_attempts)}, sys.stdout)
     return 0
 
@@ -467,22 +473,25 @@ class Scenario:
         r["r3"].pin(1)
         r["r4"].pin(0)
         driver = os.path.abspath(__file__)
-        results = {}
-        for label, target, cpus, conc, used in (
+        # Two rounds of each, alternated, the best of each kept: other processes on these
+        # cores (the machine is shared) slow some rounds down.
+        results = {"one": [], "two": []}
+        for label, target, cpus, conc, used in 2 * (
                 ("one", "gs-one", "0", 4, ["r3"]), ("two", "gs-two", "0,1", 8, ["r3", "r4"])):
-            cpu0 = {n: r[n].cpu_seconds() for n in used}
             out = subprocess.run(
                 ["taskset", "-c", cpus, sys.executable, driver, "throughput",
                  f"--target=dns:///{target}:{PORT}", f"--seconds={a.throughput_seconds}",
-                 f"--concurrency={conc}"], check=True, capture_output=True, text=True,
-                timeout=a.throughput_seconds + 60)
+                 f"--concurrency={conc}", "--pids=" + ",".join(str(r[n].proc.pid) for n in used)],
+                check=True, capture_output=True, text=True, timeout=a.throughput_seconds + 60)
             res = json.loads(out.stdout)
-            res["server_cpu_s"] = {n: r[n].cpu_seconds() - cpu0[n] for n in used}
-            results[label] = res
+            res["server_cpu_s"] = dict(zip(used, res["server_cpu_s"]))
+            results[label].append(res)
             self.event(f"throughput {label}: {res['calls_per_s']:.1f} calls/s, client CPU "
                        f"{res['client_cpu_s']:.2f} s, server CPU "
-                       + ", ".join(f"{n} {s:.2f} s" for n, s in res["server_cpu_s"].items()))
-        self.tp = results
+                       + ", ".join(f"{n} {s:.2f} s" for n, s in res["server_cpu_s"].items())
+                       + f" in {res['seconds']:.2f} s")
+        self.tp_rounds = results
+        self.tp = {k: max(v, key=lambda res: res["calls_per_s"]) for k, v in results.items()}
 
     def judge(self):
         calls, attempts = self.load.calls, self.load.failed_attempts
@@ -553,16 +562,20 @@ class Scenario:
         per_cpu = {k: v["calls"] / max(sum(v["server_cpu_s"].values()), 1e-9)
                    for k, v in self.tp.items()}
         print("throughput (compute graph, round_robin, replicas pinned with taskset; 2 cores "
-              "shared with the client):")
-        print(f"  1 replica  (core 1; client on core 0): {one['calls_per_s']:7.1f} calls/s, "
-              f"{per_cpu['one']:.1f} calls per server CPU-second")
-        print(f"  2 replicas (cores 0, 1; client on both): {two['calls_per_s']:7.1f} calls/s, "
-              f"{per_cpu['two']:.1f} calls per server CPU-second")
+              "shared with the client; best of 2 rounds each):")
+        for label, what in (("one", "1 replica  (core 1; client on core 0)  "),
+                            ("two", "2 replicas (cores 0, 1; client on both)")):
+            res = self.tp[label]
+            rounds = " / ".join(f"{x['calls_per_s']:.1f}" for x in self.tp_rounds[label])
+            print(f"  {what}: {res['calls_per_s']:7.1f} calls/s (rounds {rounds}); "
+                  f"replicas on {sum(res['server_cpu_s'].values()) / res['seconds']:.2f} "
+                  f"cores, {per_cpu[label]:.1f} calls per server CPU-second")
         client_cores = two["client_cpu_s"] / two["seconds"]
-        fair = 2 - client_cores  # the cores left to the replicas with the client on them too
-        print(f"  scaling {scaling:.2f}x of the ideal 2x ({scaling / 2 * 100:.0f}%); the client "
-              f"took {client_cores * 100:.1f}% of a core, so the replicas had {fair:.2f} cores: "
-              f"{scaling / fair * 100:.0f}% of {fair:.2f}x")
+        cores = {k: sum(v["server_cpu_s"].values()) / v["seconds"] for k, v in self.tp.items()}
+        core_ratio = cores["two"] / cores["one"] if cores["one"] else 0.0
+        print(f"  scaling {scaling:.2f}x of the ideal 2x ({scaling / 2 * 100:.0f}%); the replicas "
+              f"got {core_ratio:.2f}x the CPU of one (the client took {client_cores:.2f} of a "
+              f"core, other processes the rest): {scaling / core_ratio * 100:.0f}% of that")
         print("  load average at the end (other processes share these cores): "
               + " ".join(f"{x:.2f}" for x in os.getloadavg()))
         print(f"took {time.time() - self.t_begin:.0f} s (replicas up to the summary)")
@@ -590,6 +603,9 @@ def run_main(args):
     try:
         sc.run()
         return sc.judge()
+    except RuntimeError as e:
+        log(f"FAIL: {e}")
+        return 1
     finally:
         sc.stop_all()
 
@@ -605,7 +621,7 @@ def main():
     run.add_argument("--examples", default=os.path.join(REPO, "examples"))
     run.add_argument("--duration", type=float, default=60, help="seconds of failover load")
     run.add_argument("--concurrency", type=int, default=8)
-    run.add_argument("--throughput-seconds", type=float, default=8)
+    run.add_argument("--throughput-seconds", type=float, default=5)
     run.add_argument("--min-scaling", type=float, default=1.5)
     run.add_argument("--grpc-retry", action="store_true")
     run.add_argument("--prestop", type=float, default=4,
@@ -616,7 +632,11 @@ def main():
     tp.add_argument("--seconds", type=float, default=8)
     tp.add_argument("--warmup", type=float, default=1)
     tp.add_argument("--concurrency", type=int, default=4)
+    tp.add_argument("--pids", default="", help="replicas' process ids, for their CPU time")
     args = p.parse_args()
+    global gradserve_pb2
+    import gradserve  # noqa: F401  (installs the generated stubs as gradserve.v1)
+    from gradserve.v1 import gradserve_pb2
     return run_main(args) if args.command == "run" else throughput_main(args)
 
 
