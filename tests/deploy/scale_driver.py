@@ -5,15 +5,17 @@ Usage (inside the client's network namespace, as tests/deploy/scale_test does):
 
     scale_driver.py run --server=BIN --hosts-file=/etc/netns/CLIENT/hosts \
         --replica=r1,NETNS,10.77.0.11,CORE ... [--duration=60] [--log-dir=DIR]
-    scale_driver.py throughput --target=dns:///gs-one:50051 --seconds=8 --concurrency=4
+    scale_driver.py throughput --target=dns:///gs-one:50051 --seconds=5 --concurrency=4 \
+        [--pids=PID,...]
 
 `run` starts the replicas (each `gradserve-server` in its own namespace, through
 `ip netns exec`), drives a mixed load with round_robin over `dns:///gradserve:50051` (the name
 resolved from --hosts-file, which `ip netns exec` bind-mounts over /etc/hosts; GRPC_DNS_RESOLVER
-must be native), and meanwhile kills one replica with SIGKILL, drains another with SIGTERM and
-restarts it, and adds a fourth. It then measures throughput: one replica pinned to core 1
-against two pinned to cores 0 and 1 (`throughput`, run as a child process so that it can be
-pinned itself). It prints a summary and exits 1 if a must-hold fails:
+must be native), and meanwhile kills one replica with SIGKILL, drains another with SIGTERM
+(--prestop seconds after taking it out of the hosts file) and restarts it, and adds a fourth.
+It then measures throughput: one replica pinned to core 1 against two pinned to cores 0 and 1,
+alternated, the best of two rounds each (`throughput`, run as a child process so that it can
+be pinned itself). It prints a summary and exits 1 if a must-hold fails:
 
   - every call ends OK, with the same gradients as the first answer to the same request; the
     only failed attempts are UNAVAILABLE ones from the killed replica's address within 2 s of
