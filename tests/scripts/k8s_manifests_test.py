@@ -72,8 +72,8 @@ class RealTreeTest(unittest.TestCase):
         cpu = self.rendered("cpu")
         for text in ("name: gradserve-headless", "clusterIP: None", "type: ClusterIP",
                      "pod-security.kubernetes.io/enforce: restricted",
-                     "image: gradserve:0.1.0", "--max_connection_age=5m",
-                     "--grace_period=25s", "terminationGracePeriodSeconds: 35",
+                     "image: gradserve:0.1.0", "--max_connection_age=30s",
+                     "--grace_period=25s", "terminationGracePeriodSeconds: 65",
                      "automountServiceAccountToken: false", "type: RuntimeDefault",
                      "maxUnavailable: 1", "topologySpreadConstraints:", "port: 50052",
                      "secretName: gradserve-tls", "secretName: gradserve-tokens",
@@ -177,7 +177,7 @@ class DeploymentArgsTest(unittest.TestCase):
                 time.sleep(0.1)
                 with open(log_path, encoding="utf-8") as f:
                     text = f.read()
-            self.assertIn("aged out after 5m (grace 1m)", text)
+            self.assertIn("aged out after 30s (grace 1m)", text)
             self.assertIn("tls: on; tokens: 1 clients of 1 tenants", text)
             admin = re.search(r"plaintext\): (127\.0\.0\.1:\d+)", text).group(1)
             port = re.search(r"listening on 127\.0\.0\.1:(\d+)", text).group(1)
@@ -329,8 +329,12 @@ class BrokenCopyTest(unittest.TestCase):
 
     def test_a_grace_period_shorter_than_the_drain_fails(self):
         self.replace("base/deployment.yaml", "--grace_period=25s", "--grace_period=40s")
-        self.check_fails("terminationGracePeriodSeconds: 35 must exceed the preStop sleep "
-                         "(5 s) plus --grace_period (40 s)")
+        self.check_fails("terminationGracePeriodSeconds: 65 must exceed the preStop sleep "
+                         "(35 s) plus --grace_period (40 s)")
+
+    def test_a_prestop_sleep_shorter_than_the_connection_age_fails(self):
+        self.replace("base/deployment.yaml", "--max_connection_age=30s", "--max_connection_age=5m")
+        self.check_fails("the sleep (35 s) must outlast --max_connection_age (5m, +10%)")
 
     def test_a_pdb_with_min_available_fails(self):
         self.replace("base/pdb.yaml", "maxUnavailable: 1", "minAvailable: 1")

@@ -226,6 +226,13 @@ function checkPod(where, podSpec, report) {
     const sleep = preStop.sleep ? Number(preStop.sleep.seconds)
         : (cmd.length === 2 && /(^|\/)sleep$/.test(cmd[0])) ? Number(cmd[1]) : 0;
     if (!(sleep > 0)) bad(at + ".lifecycle.preStop", "needs a sleep, so that the pod leaves the endpoints before SIGTERM");
+    // A round_robin client leaves a pod only when one of its connections closes: the sleep must
+    // outlast the connection age (gRPC adds up to 10%), so that every client has left before
+    // SIGTERM's GOAWAY races their calls.
+    const age = flag(c.args, "max_connection_age");
+    if (age && age !== "inf" && sleep > 0 && !(sleep > 1.1 * durationSeconds(age))) {
+      bad(at + ".lifecycle.preStop", `the sleep (${sleep} s) must outlast --max_connection_age (${age}, +10%), so that clients leave before SIGTERM`);
+    }
     const tgps = pod.terminationGracePeriodSeconds === undefined ? 30 : pod.terminationGracePeriodSeconds;
     if (!(tgps > sleep + grace)) {
       bad("spec.template.spec.terminationGracePeriodSeconds", `${tgps} must exceed the preStop sleep (${sleep} s) plus --grace_period (${grace} s)`);
