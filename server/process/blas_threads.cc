@@ -33,7 +33,15 @@ std::optional<std::string> ReexecWithBlasThreads(int threads, const std::string&
       setenv(kReexecMarker, source.c_str(), 1) != 0) {
     return absl::StrCat("cannot set OPENBLAS_NUM_THREADS: ", std::strerror(errno));
   }
-  execv("/proc/self/exe", argv);  // returns only on failure
+  // The binary's own path, not /proc/self/exe: the kernel names the process (comm, which ps,
+  // top and pkill show) after the file executed.
+  std::string path = "/proc/self/exe";
+  char buffer[4096];
+  if (const ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+      n > 0 && access(std::string(buffer, static_cast<size_t>(n)).c_str(), X_OK) == 0) {
+    path.assign(buffer, static_cast<size_t>(n));
+  }
+  execv(path.c_str(), argv);  // returns only on failure
   const std::string error = std::strerror(errno);
   unsetenv(kReexecMarker);
   return absl::StrCat("could not re-execute to start OpenBLAS with ", threads,

@@ -11,12 +11,13 @@
 // the pool down by its internal entry points would tie the server to one OpenBLAS build.
 // So main, right after parsing its flags and before it starts a thread of its own, compares
 // the count it wants with OPENBLAS_NUM_THREADS and, when they differ, sets the variable and
-// re-executes itself (execv of /proc/self/exe with the same arguments): the process keeps its
-// pid, open files, signal mask and pending signals, and the new image loads OpenBLAS with the
-// right count. It costs one more program start, a few milliseconds, and happens at most once:
-// the re-executed server finds kReexecMarker set (with the source of the count, for the
-// start-up line) and never re-executes again. An operator who sets OPENBLAS_NUM_THREADS (and
-// no --blas_threads) gets that count and no re-execution. If the exec fails the server goes on
+// re-executes itself: execv of its binary (found by /proc/self/exe; by its path, so that the
+// process keeps its name) with the same arguments. The process keeps its pid, open files,
+// signal mask and pending signals, and the new image loads OpenBLAS with the right count. It
+// costs one more program start, a few milliseconds, and happens at most once: the
+// re-executed server finds kReexecMarker set (with the source of the count, for the start-up
+// line) and never re-executes again. An operator who sets OPENBLAS_NUM_THREADS (and no
+// --blas_threads) gets that count and no re-execution. If the exec fails the server goes on
 // with the pool it has and logs a warning.
 //
 // Thread safety: call from main before any thread of the server's own starts (setenv).

@@ -26,14 +26,26 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// The threads of process pid, once the count has held still for 300 ms (gRPC starts some of
-// its threads lazily just after start); -1 if /proc cannot be read.
-int ThreadsOf(pid_t pid) {
-  auto count = [pid] {
+// The threads of process pid that carry the process's own name: its main thread, the engine
+// workers and OpenBLAS's threads, none of which names its threads (gRPC's do, and their
+// number varies from run to run). Counted once the count has held still for 300 ms; -1 if
+// /proc cannot be read.
+int UnnamedThreadsOf(pid_t pid) {
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    return line;
+  };
+  auto count = [&] {
+    const std::string name = read(absl::StrCat("/proc/", pid, "/comm"));
     DIR* dir = opendir(absl::StrCat("/proc/", pid, "/task").c_str());
-    if (dir == nullptr) return -1;
+    if (dir == nullptr || name.empty()) return -1;
     int n = 0;
-    while (dirent* entry = readdir(dir)) n += entry->d_name[0] != '.';
+    while (dirent* entry = readdir(dir)) {
+      if (entry->d_name[0] == '.') continue;
+      n += read(absl::StrCat("/proc/", pid, "/task/", entry->d_name, "/comm")) == name;
+    }
     closedir(dir);
     return n;
   };
@@ -88,7 +100,7 @@ TEST_F(CgroupSizingTest, OneCpuAnd512MibSizeWorkersBlasAndMemory) {
   // Note [OpenBLAS's threads]: re-executed with the variable set, the same process.
   EXPECT_EQ(EnvironmentOf(server.pid(), "OPENBLAS_NUM_THREADS"), "1");
   EXPECT_EQ(EnvironmentOf(server.pid(), "GRADSERVE_BLAS_THREADS_SOURCE"), "");
-  const int one_blas_thread = ThreadsOf(server.pid());
+  const int one_blas_thread = UnnamedThreadsOf(server.pid());
 
   // The same server with one BLAS thread per CPU of the affinity mask, as OpenBLAS starts by
   // itself: OpenBLAS's pool has affinity - 1 threads more (the caller is the first).
@@ -96,9 +108,9 @@ TEST_F(CgroupSizingTest, OneCpuAnd512MibSizeWorkersBlasAndMemory) {
   ASSERT_GT(per_cpu.WaitForPort(absl::Seconds(20)), 0) << per_cpu.Log();
   EXPECT_THAT(per_cpu.Log(),
               HasSubstr(absl::StrCat("BLAS threads ", affinity, " (--blas_threads)")));
-  const int blas_thread_per_cpu = ThreadsOf(per_cpu.pid());
-  std::printf("threads: %d with 1 BLAS thread, %d with %d (one per CPU)\n", one_blas_thread,
-              blas_thread_per_cpu, affinity);
+  const int blas_thread_per_cpu = UnnamedThreadsOf(per_cpu.pid());
+  std::printf("unnamed threads: %d with 1 BLAS thread, %d with %d (one per CPU)\n",
+              one_blas_thread, blas_thread_per_cpu, affinity);
   EXPECT_EQ(blas_thread_per_cpu - one_blas_thread, affinity - 1);
 }
 
