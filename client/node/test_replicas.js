@@ -7,20 +7,12 @@
 
 'use strict';
 
-const SKIP = 77;
+const assert = require('assert');
+const { requireOrSkip, startServer, checkGradients } = require('./server_fixture.js');
+
 const TEST_TIMEOUT_MS = 60000;
 const CALLS = 60;
-
-let example;
-try {
-  example = require('./example.js');
-} catch (err) {
-  if (err.code !== 'MODULE_NOT_FOUND') throw err;
-  console.log(`SKIP: ${err.message.split('\n')[0]}; run \`npm ci --prefix client/node\``);
-  process.exit(SKIP);
-}
-const assert = require('assert');
-const { startServer, checkGradients } = require('./server_fixture.js');
+const example = requireOrSkip('./example.js');
 
 const sleep = (ms) => new Promise((resolve) => { setTimeout(resolve, ms); });
 
