@@ -18,7 +18,10 @@
 // re-executed server finds kReexecMarker set (with the source of the count, for the start-up
 // line) and never re-executes again. An operator who sets OPENBLAS_NUM_THREADS (and no
 // --blas_threads) gets that count and no re-execution. If the exec fails the server goes on
-// with the pool it has and logs a warning.
+// with the pool it has and logs a warning. Stop signals survive it: they are blocked in main's
+// thread (Note [Stop signals] in main.cc), and a blocked signal stays pending across execv;
+// only one that a thread of OpenBLAS's took before is in the signal pipe, which execv would
+// lose, so main does not re-execute when the pipe has a byte, and stops at once instead.
 //
 // Thread safety: call from main before any thread of the server's own starts (setenv).
 

@@ -355,7 +355,8 @@ int Main(char** argv) {
     if (absl::SimpleAtoi(OpenBlasEnv(), &applied) && applied > 0) {
       cpus.blas_threads = {applied, *reexecuted};
     }
-  } else {
+  } else if (pollfd stop = {signal_pipe[0], POLLIN, 0}; poll(&stop, 1, 0) == 0) {
+    // No stop signal yet: one that OpenBLAS's threads took is in the pipe, and would be lost.
     blas_warning = ReexecWithBlasThreads(cpus.blas_threads.value, cpus.blas_threads.source, argv);
   }
   absl::StatusOr<DeviceSelection> selection = ParseDevicesFlag(absl::GetFlag(FLAGS_devices));
