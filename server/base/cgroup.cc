@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -146,7 +147,8 @@ CgroupLimits ReadCgroup(const CgroupPaths& paths) {
     if (has("cpu")) {
       // Mounted under its controllers' names ("cpu,cpuacct"), often also linked as "cpu".
       std::string mount = paths.root + "/" + parts[1];
-      if (!std::filesystem::is_directory(mount)) mount = paths.root + "/cpu";
+      std::error_code error;  // the overload that cannot throw
+      if (!std::filesystem::is_directory(mount, error)) mount = paths.root + "/cpu";
       std::optional<double> cpus = SmallestLimitUp<double>(
           mount, dir, "cpu.cfs_quota_us", ParseCfsQuota, &source, &limits.warnings);
       KeepSmaller(cpus, source, &limits.cpus, &limits.cpu_source);
