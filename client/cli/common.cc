@@ -8,8 +8,14 @@
 #include "absl/time/time.h"
 #include "client/cli/command.h"
 #include "client/library/channel_credentials.h"
+#include "client/library/channel_target.h"
 
-ABSL_FLAG(std::string, target, "127.0.0.1:50051", "The server, host:port.");
+ABSL_FLAG(std::string, target, "127.0.0.1:50051",
+          "The server: host:port; or several, as a comma-separated list of IP:PORT or "
+          "[IPV6]:PORT, or dns:///NAME:PORT for a name that resolves to every replica. Calls "
+          "are spread over the addresses (round_robin) and a call that finds one unavailable "
+          "is retried on another, up to 4 attempts (Note [Several replicas] in "
+          "client/library/channel_target.h).");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
           "Deadline of each call (e.g. 500ms, 30s, 5m); the server stops the work when it "
           "passes. 'inf' for none.");
@@ -63,13 +69,15 @@ absl::StatusOr<client::ClientOptions> ClientOptionsFromFlags() {
 std::unique_ptr<client::Client> ConnectFromFlags(const std::string& command,
                                                  const std::string& target) {
   absl::StatusOr<client::ClientOptions> options = ClientOptionsFromFlags();
-  if (!options.ok()) {
+  const std::string chosen = target.empty() ? absl::GetFlag(FLAGS_target) : target;
+  const absl::Status checked =
+      options.ok() ? client::GrpcTarget(chosen).status() : options.status();
+  if (!checked.ok()) {
     std::fprintf(stderr, "gradserve %s: %s\n", command.c_str(),
-                 std::string(options.status().message()).c_str());
+                 std::string(checked.message()).c_str());
     return nullptr;
   }
-  return client::Client::Connect(target.empty() ? absl::GetFlag(FLAGS_target) : target,
-                                 *std::move(options));
+  return client::Client::Connect(chosen, *std::move(options));
 }
 
 client::CallOptions CallOptionsFromFlags() {

@@ -33,7 +33,15 @@ ABSL_FLAG(std::string, request_file, "",
           "Send this GradRequest, written in protobuf JSON, instead of a scenario.");
 ABSL_FLAG(int, concurrency, 1,
           "Closed loop: calls kept in flight. Open loop: the most in flight at once.");
-ABSL_FLAG(int, connections, 1, "TCP connections per target; calls are spread over them.");
+ABSL_FLAG(std::string, balance, "round_robin",
+          "How calls are spread over several --target addresses. round_robin: each connection "
+          "is one gRPC channel to all of them (round_robin, UNAVAILABLE retried on another), so "
+          "a server that fails or drains gets no more calls; per_target: each connection goes "
+          "to one target and calls are dealt to the targets strictly in turn, so each gets an "
+          "exact share and a server that fails fails its share.");
+ABSL_FLAG(int, connections, 1,
+          "TCP connections: gRPC channels, each to every target with --balance=round_robin, "
+          "or per target with --balance=per_target; calls are spread over them in turn.");
 ABSL_FLAG(double, rate, 0,
           "Open loop: start calls at this fixed rate per second, measuring latency from each "
           "call's intended send time. 0: closed loop.");
@@ -64,8 +72,8 @@ std::vector<std::string> Targets() {
   return absl::StrSplit(absl::GetFlag(FLAGS_target), ',', absl::SkipWhitespace());
 }
 
-// The first target's one-message limit, for --transport=auto; gRPC's default 4 MiB if it
-// cannot say.
+// The one-message limit of a server of target, for --transport=auto; gRPC's default 4 MiB if
+// none can say.
 int64_t ServerMaxMessageBytes(const std::string& target,
                               const client::ClientOptions& client_options) {
   client::CallOptions options;
@@ -84,6 +92,12 @@ int RunLoadCommand(const std::vector<std::string>& args) {
   options.targets = Targets();
   options.concurrency = absl::GetFlag(FLAGS_concurrency);
   options.connections = absl::GetFlag(FLAGS_connections);
+  if (const std::string balance = absl::GetFlag(FLAGS_balance); balance == "per_target") {
+    options.balance = load::LoadOptions::Balance::kPerTarget;
+  } else if (balance != "round_robin") {
+    return UsageError(
+        absl::StrCat("--balance must be round_robin or per_target, not '", balance, "'"));
+  }
   options.rate = absl::GetFlag(FLAGS_rate);
   options.requests = absl::GetFlag(FLAGS_requests);
   options.duration = absl::GetFlag(FLAGS_duration);
@@ -106,7 +120,7 @@ int RunLoadCommand(const std::vector<std::string>& args) {
   spec.transport = absl::GetFlag(FLAGS_transport);
   const bool grad = spec.scenario != "ping" && spec.scenario != "echo";
   if (grad && spec.transport == "auto") {
-    spec.max_message_bytes = ServerMaxMessageBytes(options.targets.front(), *client_options);
+    spec.max_message_bytes = ServerMaxMessageBytes(absl::GetFlag(FLAGS_target), *client_options);
   }
   absl::StatusOr<load::Workload> workload = load::MakeWorkload(spec);
   if (!workload.ok()) return UsageError(std::string(workload.status().message()));
@@ -141,7 +155,8 @@ Command LoadCommand() {
       "load", "load-test servers: latency percentiles, rate, bytes, errors",
       absl::StrCat(
           "Usage: gradserve load --scenario=NAME | --request_file=FILE.json\n"
-          "         [--target=HOST:PORT[,HOST:PORT...]] [--concurrency=N] [--connections=N]\n"
+          "         [--target=HOST:PORT[,IP:PORT...]|dns:///NAME:PORT] [--concurrency=N]\n"
+          "         [--balance=round_robin|per_target] [--connections=N]\n"
           "         [--rate=PER_SECOND] --requests=N | --duration=D [--warmup=N]\n"
           "         [--format=summary|json|csv] [--html=FILE] [--quiet]\n\n"
           "Sends the same request over and over, round-robin over the targets, and reports\n"
@@ -153,9 +168,9 @@ Command LoadCommand() {
           "A live progress line is drawn on stderr when it is a terminal (not with --quiet).\n"
           "Exit code 0 when every measured call succeeded, 1 when some failed or the run was\n"
           "cut short (the report is printed either way), 2 for bad arguments."),
-      ConnectionFlags({"scenario", "request_file", "payload_bytes", "concurrency", "connections",
-                       "rate", "requests", "duration", "warmup", "max_duration", "transport",
-                       "format", "html", "quiet"}),
+      ConnectionFlags({"scenario", "request_file", "payload_bytes", "concurrency", "balance",
+                       "connections", "rate", "requests", "duration", "warmup", "max_duration",
+                       "transport", "format", "html", "quiet"}),
       RunLoadCommand};
 }
 

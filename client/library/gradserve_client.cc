@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/library/channel_target.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -370,10 +371,9 @@ std::unique_ptr<Client> Client::Connect(const std::string& target, ClientOptions
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
-  std::shared_ptr<grpc::ChannelCredentials> credentials =
-      options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials();
-  return std::make_unique<Client>(grpc::CreateCustomChannel(target, credentials, args),
-                                  std::move(options));
+  // Note [Several replicas]: round_robin over every address, UNAVAILABLE retried.
+  std::shared_ptr<grpc::Channel> channel = CreateClientChannel(target, options.credentials, args);
+  return std::make_unique<Client>(std::move(channel), std::move(options));
 }
 
 int64_t Client::MaxMessageBytes() {

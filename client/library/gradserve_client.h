@@ -160,7 +160,9 @@ struct ClientOptions {
 class Client {
  public:
   Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options = {});
-  // A channel to target ("host:port") that accepts responses of any size.
+  // A channel to target that accepts responses of any size: "host:port", a list of IP
+  // addresses or a gRPC target URI such as "dns:///host:port", with round_robin over its
+  // addresses and UNAVAILABLE retried (Note [Several replicas] in channel_target.h).
   static std::unique_ptr<Client> Connect(const std::string& target, ClientOptions options = {});
 
   // Sends request, by ComputeGradients or, when it is too large, ComputeGradientsStream.

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/library/channel_target.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -106,8 +107,8 @@ absl::StatusOr<std::unique_ptr<LoadConnection>> LoadConnection::Open(
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      target, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(), args);
+  // Note [Several replicas]: round_robin over the target's addresses, UNAVAILABLE retried.
+  std::shared_ptr<grpc::Channel> channel = client::CreateClientChannel(target, credentials, args);
   const auto deadline = std::chrono::system_clock::now() +
                         std::chrono::milliseconds(absl::ToInt64Milliseconds(connect_timeout));
   if (!channel->WaitForConnected(deadline)) {

@@ -30,8 +30,9 @@ namespace gradserve::load {
 // Thread safety: after Open, every member may be used from any thread at once.
 class LoadConnection {
  public:
-  // Opens a channel to target with credentials (null: plaintext) and waits up to
-  // connect_timeout for it to connect; UNAVAILABLE naming the target if it does not.
+  // Opens a channel to target (client::CreateClientChannel: an address, a list of them or a
+  // gRPC target URI) with credentials (null: plaintext) and waits up to connect_timeout for
+  // it to connect to one of them; UNAVAILABLE naming the target if it does not.
   static absl::StatusOr<std::unique_ptr<LoadConnection>> Open(
       const std::string& target, absl::Duration connect_timeout,
       const std::shared_ptr<grpc::ChannelCredentials>& credentials = nullptr);

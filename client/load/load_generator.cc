@@ -11,6 +11,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "client/load/load_calls.h"
 
@@ -211,10 +212,15 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options, const Workload& w
                                    const ProgressFn& progress) {
   if (absl::Status s = ValidateLoadOptions(options); !s.ok()) return s;
   const absl::Duration connect_timeout = std::min(absl::Seconds(10), options.max_duration);
-  // Interleaved by target, so that consecutive calls go to consecutive targets.
+  // kPerTarget: interleaved by target, so that consecutive calls go to consecutive targets.
+  // kRoundRobin: each channel to the whole list, which gRPC balances.
+  const std::vector<std::string> channel_targets =
+      options.balance == LoadOptions::Balance::kPerTarget
+          ? options.targets
+          : std::vector<std::string>{absl::StrJoin(options.targets, ",")};
   std::vector<std::unique_ptr<LoadConnection>> connections;
   for (int c = 0; c < options.connections; ++c) {
-    for (const std::string& target : options.targets) {
+    for (const std::string& target : channel_targets) {
       absl::StatusOr<std::unique_ptr<LoadConnection>> connection =
           LoadConnection::Open(target, connect_timeout, options.credentials);
       if (!connection.ok()) return connection.status();

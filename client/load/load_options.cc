@@ -1,6 +1,8 @@
 #include "client/load/load_options.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/library/channel_target.h"
 
 namespace gradserve::load {
 
@@ -10,6 +12,11 @@ absl::Status ValidateLoadOptions(const LoadOptions& o) {
     const size_t colon = target.rfind(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == target.size()) {
       return absl::InvalidArgumentError(absl::StrCat("target '", target, "' is not host:port"));
+    }
+  }
+  if (o.balance == LoadOptions::Balance::kRoundRobin) {  // one channel to the whole list
+    if (absl::Status s = client::GrpcTarget(absl::StrJoin(o.targets, ",")).status(); !s.ok()) {
+      return s;
     }
   }
   if (o.concurrency < 1 || o.concurrency > kMaxConcurrency) {

@@ -33,7 +33,20 @@ struct LoadOptions {
   // Closed loop: calls kept in flight at once. Open loop: the most in flight at once; a call
   // due while all are busy waits for one, and its latency counts that wait.
   int concurrency = 1;
-  // TCP connections (gRPC channels) per target; calls are spread over them round-robin.
+  // How calls are spread over several targets (Note [Several replicas] in
+  // client/library/channel_target.h).
+  enum class Balance {
+    // Each connection is one gRPC channel to every target, round_robin with UNAVAILABLE
+    // retried: a target that fails or drains gets no calls, its calls go to the others.
+    kRoundRobin,
+    // Each connection is a channel to one target, calls dealt to them strictly in turn: each
+    // target's share is exact, and a target that fails fails its share.
+    kPerTarget,
+  };
+  Balance balance = Balance::kRoundRobin;
+  // TCP connections (gRPC channels): with kRoundRobin, channels over all the targets (each
+  // with a connection to every target); with kPerTarget, channels per target. Calls are
+  // spread over them in turn.
   int connections = 1;
   // 0: closed loop (each finished call starts the next). > 0: open loop, calls started at
   // this fixed rate per second, latency measured from each call's intended send time.

@@ -121,6 +121,9 @@ std::string Json(const LoadResult& r) {
   absl::StrAppendFormat(&s, "  \"targets\": [%s],\n", absl::StrJoin(targets, ", "));
   absl::StrAppendFormat(&s, "  \"concurrency\": %d,\n  \"connections\": %d,\n", o.concurrency,
                         o.connections);
+  absl::StrAppendFormat(
+      &s, "  \"balance\": \"%s\",\n",
+      o.balance == LoadOptions::Balance::kPerTarget ? "per_target" : "round_robin");
   absl::StrAppendFormat(&s, "  \"open_loop_rate\": %.6g,\n", o.rate);
   absl::StrAppendFormat(&s, "  \"requests\": %d,\n  \"duration_s\": %.6g,\n  \"warmup\": %d,\n",
                         o.requests, absl::ToDoubleSeconds(o.duration), o.warmup);

@@ -3,6 +3,8 @@
 //
 //   npm ci --prefix client/node
 //   node client/node/example.js 127.0.0.1:50051
+//   node client/node/example.js 10.0.0.1:50051,10.0.0.2:50051   # several servers: round_robin
+//   node client/node/example.js dns:///gradserve-headless:50051  # every address of a name
 //   node client/node/example.js localhost:50051 --tls_ca=ca.pem --token_file=trainer-1.token
 //   node client/node/example.js localhost:50051 --tls_ca=ca.pem --tls_cert=client.pem \
 //       --tls_key=client-key.pem                  # mutual TLS; the token from GRADSERVE_TOKEN
@@ -28,6 +30,7 @@
 'use strict';
 
 const fs = require('fs');
+const net = require('net');
 const path = require('path');
 const util = require('util');
 const grpc = require('@grpc/grpc-js');
@@ -153,31 +156,102 @@ function exampleRequest() {
   };
 }
 
-// Sends the example graph to target ("host:port"); resolves to
-// { loss, gradients: { x: {shape, values}, W: {shape, values} } }. options: deadlineSeconds
-// (default 10) and the security options of channelCredentials; a number is deadlineSeconds.
-function computeGradients(target, options = {}) {
-  if (typeof options === 'number') options = { deadlineSeconds: options };
-  const { deadlineSeconds = 10 } = options;
-  let credentials;
-  try {
-    credentials = channelCredentials(options);
-  } catch (err) {
-    return Promise.reject(err);
+// Note [Several replicas] (client/library/channel_target.h): every channel gets this service
+// config, round_robin over the target's addresses and calls that end UNAVAILABLE (a server
+// killed) or CANCELLED by a draining server retried (up to 4 attempts, each picked anew, so on
+// another server; ComputeGradients is a pure function of its request, so a retry is safe). The same JSON as the C++ and Python clients'. grpc-js
+// retries since 1.8 (package-lock.json has 1.14).
+const SERVICE_CONFIG = {
+  loadBalancingConfig: [{ round_robin: {} }],
+  methodConfig: [{
+    name: [{ service: 'gradserve.v1.GradService' }, { service: 'grpc.health.v1.Health' }],
+    retryPolicy: {
+      maxAttempts: 4,
+      initialBackoff: '0.05s',
+      maxBackoff: '1s',
+      backoffMultiplier: 2,
+      retryableStatusCodes: ['UNAVAILABLE', 'CANCELLED'],
+    },
+  }],
+};
+
+// The family of "A.B.C.D:PORT" or "[V6]:PORT": 4, 6, or 0 for anything else.
+function addressFamily(entry) {
+  const m = /^(.*):(\d{1,5})$/.exec(entry);
+  if (!m) return 0;
+  const host = m[1];
+  if (host.startsWith('[') && host.endsWith(']')) return net.isIPv6(host.slice(1, -1)) ? 6 : 0;
+  return net.isIPv4(host) ? 4 : 0;
+}
+
+// The gRPC target for target: a comma-separated list of IP addresses as gRPC's "ipv4:" or
+// "ipv6:" list ("10.0.0.1:50051,10.0.0.2:50051" -> "ipv4:10.0.0.1:50051,10.0.0.2:50051"), a
+// single address or a gRPC target URI ("dns:///NAME:PORT") unchanged. Throws an Error naming
+// the entry for an empty target, an entry that is not IP:PORT or [IPV6]:PORT (a list of names:
+// use dns:///NAME:PORT, one name that resolves to every replica), or a list mixing IPv4 and
+// IPv6.
+function grpcTarget(target) {
+  const trimmed = target.trim();
+  if (!trimmed) throw new Error('the target is empty');
+  if (!trimmed.includes(',') || trimmed.includes('://') || /^ipv[46]:/.test(trimmed)) {
+    return trimmed;
   }
+  const entries = trimmed.split(',').map((e) => e.trim());
+  const families = new Set();
+  for (const entry of entries) {
+    const family = addressFamily(entry);
+    if (!family) {
+      throw new Error(`target list entry '${entry}' is not IP:PORT or [IPV6]:PORT; a list ` +
+        'holds IP addresses (for a name whose addresses are the servers, use dns:///NAME:PORT)');
+    }
+    families.add(family);
+  }
+  if (families.size > 1) throw new Error(`target list '${trimmed}' mixes IPv4 and IPv6 addresses`);
+  return `ipv${[...families][0]}:${entries.join(',')}`;
+}
+
+// A GradService client for target (grpcTarget's forms) with the security options of
+// channelCredentials and SERVICE_CONFIG; throws as grpcTarget and channelCredentials do.
+// Close it with client.close().
+function connect(target, options = {}) {
   const GradService = loadService();
   // A connection of its own, so that clients with other credentials never share one.
-  const client = new GradService(target, credentials, { 'grpc.use_local_subchannel_pool': 1 });
+  return new GradService(grpcTarget(target), channelCredentials(options), {
+    'grpc.use_local_subchannel_pool': 1,
+    'grpc.service_config': JSON.stringify(SERVICE_CONFIG),
+    'grpc.service_config_disable_resolution': 1,
+  });
+}
+
+// Sends the example graph on client (connect's); resolves as computeGradients.
+function computeGradientsOn(client, deadlineSeconds = 10) {
   const deadline = new Date(Date.now() + deadlineSeconds * 1000);
   return new Promise((resolve, reject) => {
     client.ComputeGradients(exampleRequest(), { deadline }, (err, response) => {
-      client.close();
       if (err) return reject(err);
       const gradients = {};
       for (const g of response.calls[0].gradients) gradients[g.name] = decodeTensor(g.value);
       resolve({ loss: decodeTensor(response.values[0].value).values[0], gradients });
     });
   });
+}
+
+// Sends the example graph to target ("host:port", a list of IP:PORT, "dns:///NAME:PORT");
+// resolves to { loss, gradients: { x: {shape, values}, W: {shape, values} } }. options:
+// deadlineSeconds (default 10) and the security options of channelCredentials; a number is
+// deadlineSeconds.
+function computeGradients(target, options = {}) {
+  if (typeof options === 'number') options = { deadlineSeconds: options };
+  const { deadlineSeconds = 10 } = options;
+  let client;
+  try {
+    client = connect(target, options);
+  } catch (err) {
+    return Promise.reject(err);
+  }
+  const result = computeGradientsOn(client, deadlineSeconds);
+  result.then(() => client.close(), () => client.close());
+  return result;
 }
 
 // The command line: [TARGET] and the `gradserve` tool's --tls, --tls_ca, --tls_cert,
@@ -225,6 +299,6 @@ if (require.main === module) {
 }
 
 module.exports = {
-  channelCredentials, computeGradients, decodeTensor, encodeFloat32, isValidToken,
-  parseCommandLine, resolveToken, X, W,
+  channelCredentials, computeGradients, computeGradientsOn, connect, decodeTensor, encodeFloat32,
+  grpcTarget, isValidToken, parseCommandLine, resolveToken, SERVICE_CONFIG, X, W,
 };

@@ -10,6 +10,18 @@ const path = require('path');
 const { spawn } = require('child_process');
 
 const START_TIMEOUT_MS = 30000;
+const SKIP = 77;  // CTest's SKIP_RETURN_CODE
+
+// require(name) for a test; without the npm packages, prints SKIP and exits SKIP.
+function requireOrSkip(name) {
+  try {
+    return require(name);
+  } catch (err) {
+    if (err.code !== 'MODULE_NOT_FOUND') throw err;
+    console.log(`SKIP: ${err.message.split('\n')[0]}; run \`npm ci --prefix client/node\``);
+    return process.exit(SKIP);
+  }
+}
 
 // Starts the server with extra flags; returns { server (the ChildProcess), address (a promise
 // of "127.0.0.1:PORT"), log() (everything it wrote to stderr so far), stop() }.
@@ -71,4 +83,4 @@ function checkGradients(result, X, W) {
   }
 }
 
-module.exports = { startServer, expectedGradients, checkGradients };
+module.exports = { SKIP, requireOrSkip, startServer, expectedGradients, checkGradients };

@@ -8,18 +8,10 @@
 
 'use strict';
 
-const SKIP = 77;
-const TEST_TIMEOUT_MS = 60000;
+const { requireOrSkip, startServer, checkGradients } = require('./server_fixture.js');
 
-let example;
-try {
-  example = require('./example.js');
-} catch (err) {
-  if (err.code !== 'MODULE_NOT_FOUND') throw err;
-  console.log(`SKIP: ${err.message.split('\n')[0]}; run \`npm ci --prefix client/node\``);
-  process.exit(SKIP);
-}
-const { startServer, checkGradients } = require('./server_fixture.js');
+const TEST_TIMEOUT_MS = 60000;
+const example = requireOrSkip('./example.js');
 
 async function main() {
   const { server, address } = startServer();

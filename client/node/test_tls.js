@@ -13,19 +13,11 @@
 
 'use strict';
 
-const SKIP = 77;
-const TEST_TIMEOUT_MS = 90000;
+const { SKIP, requireOrSkip, startServer, checkGradients } = require('./server_fixture.js');
 
-let example;
-let grpc;
-try {
-  example = require('./example.js');
-  grpc = require('@grpc/grpc-js');
-} catch (err) {
-  if (err.code !== 'MODULE_NOT_FOUND') throw err;
-  console.log(`SKIP: ${err.message.split('\n')[0]}; run \`npm ci --prefix client/node\``);
-  process.exit(SKIP);
-}
+const TEST_TIMEOUT_MS = 90000;
+const example = requireOrSkip('./example.js');
+const grpc = requireOrSkip('@grpc/grpc-js');
 
 const assert = require('assert');
 const crypto = require('crypto');
@@ -33,7 +25,6 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const { execFileSync, execSync } = require('child_process');
-const { startServer, checkGradients } = require('./server_fixture.js');
 
 const NEW_KEY = '-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes';
 

@@ -30,6 +30,7 @@
 #include <string>
 
 #include "engine/tensor/memory_budget.h"
+#include "server/base/cgroup.h"
 
 namespace gradserve::server {
 
@@ -44,10 +45,12 @@ struct MemorySize {
   std::string source;
 };
 
-// The memory limit of this process's cgroup, as self_cgroup (/proc/self/cgroup) names it
-// under cgroup_root: cgroup v2's memory.max or v1's memory/memory.limit_in_bytes, the smallest
-// of its own and its ancestors', when below the host's physical memory; else the physical
-// memory. Never fails: a missing or unreadable file means no limit there.
+// The memory limit that cgroup read (Note [Reading the cgroup] in server/base/cgroup.h: v2's
+// memory.max or v1's memory.limit_in_bytes, the smallest of the process's cgroup and its
+// ancestors') when below the host's physical memory; else the physical memory.
+MemorySize MemoryOf(const CgroupLimits& cgroup);
+// MemoryOf the cgroup that self_cgroup (/proc/self/cgroup) names under cgroup_root. Never
+// fails: a missing or unreadable file means no limit there (ReadCgroup).
 MemorySize DetectMemory(const std::string& cgroup_root = "/sys/fs/cgroup",
                         const std::string& self_cgroup = "/proc/self/cgroup");
 

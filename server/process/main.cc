@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -25,7 +27,11 @@
 #include "program/flag_arguments.h"
 #include "program/host_malloc.h"
 #include "program/process_start.h"
+#include "server/base/cgroup.h"
 #include "server/base/log.h"
+#include "server/limits/server_memory.h"
+#include "server/process/blas_threads.h"
+#include "server/process/cpu_sizing.h"
 #include "server/process/devices_flag.h"
 #include "server/security/security_options.h"
 #include "server/service/grad_server.h"
@@ -38,8 +44,20 @@ const gradserve::server::ServerOptions kDefaults;
 
 ABSL_FLAG(std::string, listen, kDefaults.listen_address,
           "Address to listen on, host:port. Port 0 picks a free port (logged at start).");
+// Note [Sizing the server's threads] in server/process/cpu_sizing.h.
 ABSL_FLAG(int, worker_threads, kDefaults.worker_threads,
-          "Engine CPU worker threads, i.e. requests computed at once. 0: one per core.");
+          "Engine CPU worker threads, i.e. requests computed at once. 0: one per CPU the "
+          "process may use: its cgroup's CPU quota (cpu.max, or v1's cpu.cfs_quota_us), rounded "
+          "up, at most the CPUs of its affinity mask. Printed at start.");
+ABSL_FLAG(int, blas_threads, 0,
+          "OpenBLAS's threads (shared by the workers for matmul and conv2d). 0: "
+          "OPENBLAS_NUM_THREADS if set, else one per CPU the process may use, as for "
+          "--worker_threads. The server re-executes itself once at start to apply it (Note "
+          "[OpenBLAS's threads] in server/process/blas_threads.h). Printed at start.");
+ABSL_FLAG(std::string, cgroup_root, "/sys/fs/cgroup",
+          "Where the cgroup filesystem is mounted, read for the CPU quota and memory limit that "
+          "size the server (the process's cgroup is the one /proc/self/cgroup names). For "
+          "tests: a directory of fake cgroup files.");
 ABSL_FLAG(int64_t, max_message_bytes, kDefaults.max_message_bytes,
           "Largest gRPC message received: a unary request or one chunk of a stream. Larger "
           "requests must use ComputeGradientsStream (the C++ client does so by itself).");
@@ -59,11 +77,13 @@ ABSL_FLAG(absl::Duration, upload_idle_timeout, kDefaults.upload_idle_timeout,
 ABSL_FLAG(int64_t, max_server_memory_bytes, kDefaults.max_server_memory_bytes,
           "Bytes all requests together may hold (tensors, autograd state, buffered uploads, "
           "responses); past it new work is refused with RESOURCE_EXHAUSTED, never killed by the "
-          "kernel. 0: 60% of the container's memory limit (cgroup memory.max), else of physical "
-          "memory. Printed at start.");
+          "kernel. 0: 60% of the container's memory limit (cgroup memory.max, or v1's "
+          "memory.limit_in_bytes, under --cgroup_root), else of physical memory; the rest is "
+          "for gRPC's buffers (--grpc_memory_bytes) and the process itself. Printed at start.");
 ABSL_FLAG(int64_t, grpc_memory_bytes, kDefaults.grpc_memory_bytes,
           "gRPC's resource quota: bytes its transports may buffer before calls reach the "
-          "service. 0: 15% of the container's memory limit, else of physical memory.");
+          "service. 0: 15% of the container's memory limit, else of physical memory. Printed at "
+          "start.");
 ABSL_FLAG(bool, accept_compressed, kDefaults.accept_compressed,
           "Take gzip- and deflate-compressed requests (counted decompressed against every "
           "limit). --noaccept_compressed refuses them with UNIMPLEMENTED before decompressing.");
@@ -314,7 +334,31 @@ const char* SignalName(int signal_number) {
   return "a signal";
 }
 
-int Main() {
+int Main(char** argv) {
+  // Note [Sizing the server's threads], Note [OpenBLAS's threads]: first, since a
+  // re-execution must come before any thread of the server's own starts.
+  if (absl::GetFlag(FLAGS_blas_threads) < 0) {
+    std::fprintf(stderr, "gradserve-server: --blas_threads must be 0 (from the CPUs) or more\n");
+    return 2;
+  }
+  const std::optional<std::string> reexecuted = TakeReexecMarker();
+  const CgroupLimits cgroup = ReadCgroup({absl::GetFlag(FLAGS_cgroup_root)});
+  const int affinity_cpus = AffinityCpus();
+  CpuSizing cpus =
+      SizeCpus(cgroup, affinity_cpus,
+               {absl::GetFlag(FLAGS_worker_threads), absl::GetFlag(FLAGS_blas_threads),
+                // After the re-execution, the variable is the server's own, not the operator's.
+                reexecuted.has_value() ? "" : OpenBlasEnv()});
+  std::optional<std::string> blas_warning;
+  if (reexecuted.has_value()) {
+    int applied = 0;  // what OpenBLAS started with, should the sizing differ this time
+    if (absl::SimpleAtoi(OpenBlasEnv(), &applied) && applied > 0) {
+      cpus.blas_threads = {applied, *reexecuted};
+    }
+  } else if (pollfd stop = {signal_pipe[0], POLLIN, 0}; poll(&stop, 1, 0) == 0) {
+    // No stop signal yet: one that OpenBLAS's threads took is in the pipe, and would be lost.
+    blas_warning = ReexecWithBlasThreads(cpus.blas_threads.value, cpus.blas_threads.source, argv);
+  }
   absl::StatusOr<DeviceSelection> selection = ParseDevicesFlag(absl::GetFlag(FLAGS_devices));
   if (!selection.ok()) {
     std::fprintf(stderr, "gradserve-server: %s\n",
@@ -333,12 +377,16 @@ int Main() {
       return 2;
     }
   }
-  const absl::StatusOr<ServerOptions> parsed = OptionsFromFlags();
+  absl::StatusOr<ServerOptions> parsed = OptionsFromFlags();
   if (absl::Status s = parsed.ok() ? CheckOptions(*parsed) : parsed.status(); !s.ok()) {
     std::fprintf(stderr, "gradserve-server: %s\n", std::string(s.message()).c_str());
     return 2;
   }
+  parsed->worker_threads = cpus.worker_threads.value;
+  parsed->memory = MemoryOf(cgroup);  // Note [Sizing the server's memory]
   const ServerOptions& options = *parsed;
+  for (const std::string& warning : cgroup.warnings) LogLine(warning);
+  if (blas_warning.has_value()) LogLine(*blas_warning);
   LogLine(RaiseOpenFileLimit());  // Note [Open files]
   absl::StatusOr<std::unique_ptr<GradServer>> server = GradServer::Start(options);
   if (!server.ok()) {
@@ -350,6 +398,7 @@ int Main() {
   }
   std::string host = options.listen_address.substr(0, options.listen_address.rfind(':'));
   // The sizing first: "listening on" is the line that tells scripts the server is up.
+  LogLine(CpuLine(cpus, affinity_cpus));
   LogLine((*server)->memory_line());
   LogLine(absl::StrCat(
       "connections: idle ones closed after ", absl::FormatDuration(options.max_connection_idle),
@@ -429,5 +478,5 @@ int main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage);
   // Note [Flag spelling], Note [Flags checked first]
   if (!gradserve::ParseFlags(argc, argv, "gradserve-server").has_value()) return 2;
-  return gradserve::server::Main();
+  return gradserve::server::Main(argv);
 }

@@ -92,11 +92,16 @@ absl::StatusOr<std::unique_ptr<GradServer>> GradServer::Start(const ServerOption
 
   // Note [Sizing the server's memory]: what the flags left at 0 comes from the container.
   ServerOptions resolved = options;
-  const MemorySize memory = DetectMemory();
+  const MemorySize memory = options.memory.has_value() ? *options.memory : DetectMemory();
   if (resolved.max_server_memory_bytes == 0) {
     resolved.max_server_memory_bytes = DefaultServerMemoryBytes(memory);
   }
   if (resolved.grpc_memory_bytes == 0) resolved.grpc_memory_bytes = DefaultGrpcMemoryBytes(memory);
+  // Where each figure came from, for the start-up line: a flag, or a share of the memory.
+  auto from = [&](int64_t flag, double share) {
+    return flag != 0 ? std::string("flag")
+                     : absl::StrFormat("%.0f%% of %s", share * 100, Mib(memory.bytes));
+  };
   SetBigBlockCacheBytes(static_cast<size_t>(CacheBytes(memory, int64_t{256} << 20)));
   chunking::BufferPool::Default().set_max_bytes(static_cast<size_t>(
       CacheBytes(memory, static_cast<int64_t>(chunking::BufferPool::kPoolBytes))));
@@ -104,10 +109,12 @@ absl::StatusOr<std::unique_ptr<GradServer>> GradServer::Start(const ServerOption
   std::unique_ptr<GradServer> server(new GradServer);
   server->security_ = *std::move(security);
   server->memory_line_ = absl::StrFormat(
-      "memory: %s for requests (--max_server_memory_bytes), %s for gRPC's buffers "
-      "(--grpc_memory_bytes), of %s (%s); reuse caches at most %s and %s",
-      Mib(resolved.max_server_memory_bytes), Mib(resolved.grpc_memory_bytes), Mib(memory.bytes),
-      memory.source, Mib(CacheBytes(memory, int64_t{256} << 20)),
+      "memory: %s for requests (--max_server_memory_bytes: %s), %s for gRPC's buffers "
+      "(--grpc_memory_bytes: %s), of %s (%s); reuse caches at most %s and %s",
+      Mib(resolved.max_server_memory_bytes),
+      from(options.max_server_memory_bytes, kServerBudgetShare), Mib(resolved.grpc_memory_bytes),
+      from(options.grpc_memory_bytes, kGrpcQuotaShare), Mib(memory.bytes), memory.source,
+      Mib(CacheBytes(memory, int64_t{256} << 20)),
       Mib(CacheBytes(memory, static_cast<int64_t>(chunking::BufferPool::kPoolBytes))));
   server->service_ = std::make_unique<GradService>(resolved, server->security_.auth);
   server->listener_ = *std::move(listener);

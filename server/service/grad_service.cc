@@ -310,7 +310,9 @@ GradService::GradService(ServerOptions options, std::shared_ptr<TokenAuth> auth)
       refusal_log_(options_.log_refusals_per_second),
       memory_(MakeServerMemoryBudget(options_.max_server_memory_bytes > 0
                                          ? options_.max_server_memory_bytes
-                                         : DefaultServerMemoryBytes(DetectMemory()))),
+                                         : DefaultServerMemoryBytes(options_.memory.has_value()
+                                                                        ? *options_.memory
+                                                                        : DetectMemory()))),
       uploads_(options_.max_uploads, options_.upload_idle_timeout),
       auth_(std::move(auth)),
       pool_(std::make_unique<WorkerPool>(

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -12,6 +13,7 @@
 #include "engine/autograd/cancellation.h"
 #include "engine/graph/interpreter.h"
 #include "gradserve/v1/gradserve.pb.h"
+#include "server/limits/server_memory.h"
 #include "server/security/security_options.h"
 
 namespace gradserve::server {
@@ -40,6 +42,9 @@ struct ServerOptions {
   int64_t max_server_memory_bytes = 0;
   // gRPC's resource quota for what its transports buffer; 0: kGrpcQuotaShare of the same.
   int64_t grpc_memory_bytes = 0;
+  // The memory the process has, which the two above default to shares of; unset: DetectMemory()
+  // (this process's cgroup, else physical memory). main.cc sets it from --cgroup_root.
+  std::optional<MemorySize> memory;
   // Whether gzip- and deflate-compressed requests are taken (decompressed, and counted
   // decompressed); if not, gRPC refuses them with UNIMPLEMENTED before decompressing.
   bool accept_compressed = true;

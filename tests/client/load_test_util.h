@@ -3,9 +3,13 @@
 #ifndef GRADSERVE_TESTS_CLIENT_LOAD_TEST_UTIL_H_
 #define GRADSERVE_TESTS_CLIENT_LOAD_TEST_UTIL_H_
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +25,34 @@ inline std::string TestTempPath(const std::string& name) {
   const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
   return absl::StrCat(::testing::TempDir(), "/", test != nullptr ? test->test_suite_name() : "",
                       ".", test != nullptr ? test->name() : "", "-", getpid(), "-", name);
+}
+
+// A file's whole contents; empty if it cannot be read.
+inline std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs `gradserve ARGS` (at most 60 s) with stdout and stderr in files, so stderr is not a
+// terminal.
+inline CliRun RunGradserve(const std::string& args) {
+  const std::string out = TestTempPath("cli.out"), err = TestTempPath("cli.err");
+  const std::string command =
+      absl::StrCat("timeout 60 ", GRADSERVE_CLI_PATH, " ", args, " > ", out, " 2> ", err);
+  const int status = std::system(command.c_str());
+  CliRun run;
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.out = ReadAll(out);
+  run.err = ReadAll(err);
+  return run;
 }
 
 // A GradServer on a free loopback port; shut down (no grace) when destroyed.

@@ -97,6 +97,10 @@ class ServerProcess:
     def alive(self):
         return self._proc is not None and self._proc.poll() is None
 
+    def send_signal(self, sig):
+        """Sends sig (signal.SIGKILL, signal.SIGTERM) to the server, without waiting."""
+        self._proc.send_signal(sig)
+
     def stop(self):
         """Stops the server: SIGTERM, then SIGKILL if it has not exited in STOP_TIMEOUT_S."""
         if self._proc is None or self._proc.poll() is not None:

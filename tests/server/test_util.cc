@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <sstream>
@@ -237,6 +238,18 @@ grpc::Status SendUnaryBytes(const std::shared_ptr<grpc::Channel>& channel,
   stub.UnaryCall(&context, "/gradserve.v1.GradService/ComputeGradients", grpc::StubOptions(),
                  &request, &response, [&](grpc::Status s) { done.set_value(std::move(s)); });
   return done.get_future().get();
+}
+
+FakeCgroup::FakeCgroup() {
+  char pattern[] = "/tmp/gradserve_cgroup_XXXXXX";
+  root_ = mkdtemp(pattern);
+}
+
+FakeCgroup::~FakeCgroup() { std::filesystem::remove_all(root_); }
+
+void FakeCgroup::Write(const std::string& path, const std::string& text) {
+  std::filesystem::create_directories(std::filesystem::path(root_ + path).parent_path());
+  std::ofstream(root_ + path) << text;
 }
 
 std::string MappedFiles(pid_t pid) {

@@ -21,6 +21,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/client_callback.h"
 #include "grpcpp/support/status.h"
+#include "server/base/cgroup.h"
 #include "server/service/grad_server.h"
 #include "server/service/server_options.h"
 
@@ -68,6 +69,22 @@ class ServerProcess {
  private:
   std::string log_path_;
   pid_t pid_ = -1;
+};
+
+// A fake cgroup filesystem and /proc/self/cgroup in a temporary directory, removed when
+// destroyed: Write("/self", ...) is the process's cgroup file, Write("/fs/...", ...) the files
+// under the cgroup root (Note [Reading the cgroup] in server/base/cgroup.h).
+class FakeCgroup {
+ public:
+  FakeCgroup();
+  ~FakeCgroup();
+  void Write(const std::string& path, const std::string& text);
+  server::CgroupPaths paths() const { return {root_ + "/fs", root_ + "/self"}; }
+  // The root to give gradserve-server's --cgroup_root.
+  std::string root() const { return root_ + "/fs"; }
+
+ private:
+  std::string root_;
 };
 
 // The text of /proc/PID/maps: the files process pid has mapped (empty if it cannot be read).

@@ -17,6 +17,7 @@ import grpc
 from gradserve import _stubs, chunks
 from gradserve.credentials import channel_credentials, resolve_token
 from gradserve.graph import GraphBuilder
+from gradserve.targets import CHANNEL_OPTIONS, grpc_target
 from gradserve.tensors import from_tensor
 from gradserve.v1 import gradserve_pb2, gradserve_pb2_grpc, graph_pb2
 
@@ -92,10 +93,14 @@ def _as_request(request, calls, return_values, request_id):
 
 
 class Client:
-    """A connection to one gradserve server.
+    """A connection to a gradserve server, or to several.
 
-    target: "host:port" (any gRPC target string). timeout: default deadline of each call in
-    seconds (None: no deadline). channel_options: extra gRPC channel options.
+    target: "host:port", a comma-separated list of IP:PORT or [IPV6]:PORT, or any gRPC target
+    string such as "dns:///NAME:PORT" (a name that resolves to every replica). Calls are spread
+    over the addresses (round_robin) and one that ends UNAVAILABLE is retried, on another
+    server, up to 4 attempts (gradserve/targets.py); a malformed list raises ValueError.
+    timeout: default deadline of each call in seconds (None: no deadline). channel_options:
+    extra gRPC channel options (("grpc.service_config", JSON) replaces ours).
 
     Security (docs/security.md), as the `gradserve` tool's flags of the same names: tls_ca
     (PEM file of the CAs the server's certificate must chain to; implies TLS), tls_cert and
@@ -122,8 +127,11 @@ class Client:
             if bearer is not None:
                 credentials = grpc.composite_channel_credentials(
                     credentials, grpc.access_token_call_credentials(bearer))
-        options = [("grpc.max_receive_message_length", -1),
-                   ("grpc.max_send_message_length", -1)] + list(channel_options)
+        target = grpc_target(target)
+        own = {key for key, _ in channel_options}
+        options = ([("grpc.max_receive_message_length", -1),
+                    ("grpc.max_send_message_length", -1)] +
+                   [o for o in CHANNEL_OPTIONS if o[0] not in own] + list(channel_options))
         if credentials is None:
             self._channel = grpc.insecure_channel(target, options=options)
         else:

@@ -18,41 +18,22 @@
 namespace gradserve::load {
 namespace {
 
+using ::gradserve::testing::CliRun;
 using ::gradserve::testing::LocalServer;
+using ::gradserve::testing::ReadAll;
+using ::gradserve::testing::RunGradserve;
 using ::gradserve::testing::TestTempPath;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // Runs `gradserve load ARGS` with stdout and stderr in files (so stderr is not a terminal).
-CliRun RunCli(const std::string& args) {
-  const std::string out = TestTempPath("load_cli.out"), err = TestTempPath("load_cli.err");
-  const std::string command =
-      absl::StrCat("timeout 60 ", GRADSERVE_CLI_PATH, " load ", args, " > ", out, " 2> ", err);
-  const int status = std::system(command.c_str());
-  CliRun run;
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  run.out = ReadAll(out);
-  run.err = ReadAll(err);
-  return run;
-}
+CliRun RunCli(const std::string& args) { return RunGradserve(absl::StrCat("load ", args)); }
 
 TEST(LoadCliTest, JsonAndHtmlAgainstTwoServersOpenLoop) {
   LocalServer a, b;
   const std::string html = TestTempPath("load_report.html");
   std::remove(html.c_str());
   CliRun run = RunCli(absl::StrCat("--target=", a.target(), ",", b.target(),
-                                   " --scenario=grad_tiny --rate=200 --requests=50 "
+                                   " --balance=per_target --scenario=grad_tiny --rate=200 "
+                                   "--requests=50 "
                                    "--concurrency=4 --format=json --html=",
                                    html));
   ASSERT_EQ(run.exit_code, 0) << run.err;

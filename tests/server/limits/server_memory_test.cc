@@ -6,8 +6,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <future>
 #include <string>
 #include <thread>
@@ -26,32 +24,17 @@ namespace gradserve::testing {
 namespace {
 
 using ::testing::HasSubstr;
-namespace fs = std::filesystem;
 
-// A fake /sys/fs/cgroup and /proc/self/cgroup in a temporary directory.
-class FakeCgroup {
- public:
-  FakeCgroup() {
-    char pattern[] = "/tmp/gradserve_cgroup_XXXXXX";
-    root_ = mkdtemp(pattern);
-  }
-  ~FakeCgroup() { fs::remove_all(root_); }
-  void Write(const std::string& path, const std::string& text) {
-    fs::create_directories(fs::path(root_ + path).parent_path());
-    std::ofstream(root_ + path) << text;
-  }
-  server::MemorySize Detect() { return server::DetectMemory(root_ + "/fs", root_ + "/self"); }
-
- private:
-  std::string root_;
-};
+server::MemorySize Detect(const FakeCgroup& cgroup) {
+  return server::DetectMemory(cgroup.paths().root, cgroup.paths().self);
+}
 
 TEST(ServerMemoryTest, CgroupV2LimitOfTheProcessOrAnAncestor) {
   FakeCgroup cgroup;
   cgroup.Write("/self", "0::/pods/app\n");
   cgroup.Write("/fs/pods/app/memory.max", "max\n");
   cgroup.Write("/fs/pods/memory.max", "314572800\n");
-  const server::MemorySize size = cgroup.Detect();
+  const server::MemorySize size = Detect(cgroup);
   EXPECT_EQ(size.bytes, 314572800);
   EXPECT_EQ(size.source, "cgroup memory.max");
   EXPECT_EQ(server::DefaultServerMemoryBytes(size), 188743680);  // 60%
@@ -63,7 +46,7 @@ TEST(ServerMemoryTest, CgroupV1MemoryHierarchy) {
   cgroup.Write("/self", "5:cpu,cpuacct:/x\n4:memory:/job/7\n0::/\n");
   cgroup.Write("/fs/memory/job/7/memory.limit_in_bytes", "9223372036854771712\n");  // none
   cgroup.Write("/fs/memory/job/memory.limit_in_bytes", "1073741824\n");
-  const server::MemorySize size = cgroup.Detect();
+  const server::MemorySize size = Detect(cgroup);
   EXPECT_EQ(size.bytes, 1073741824);
   EXPECT_EQ(size.source, "cgroup memory.limit_in_bytes");
 }
@@ -72,7 +55,7 @@ TEST(ServerMemoryTest, NoLimitMeansPhysicalMemory) {
   FakeCgroup cgroup;
   cgroup.Write("/self", "0::/\n");
   cgroup.Write("/fs/memory.max", "max\n");
-  const server::MemorySize size = cgroup.Detect();
+  const server::MemorySize size = Detect(cgroup);
   EXPECT_EQ(size.source, "physical memory");
   EXPECT_EQ(size.bytes, static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE));
   // Unreadable files are no limit either.

@@ -3,6 +3,7 @@
 
 #include "server/run/dispatch.h"
 
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -11,6 +12,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/load/scenarios.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "tests/server/test_util.h"
 
@@ -225,6 +228,13 @@ TEST_F(DispatchTest, BadInlineRequestGetsItsStatusAndHarmsNothing) {
   EXPECT_TRUE(CheckSquareWorks(server.client()).ok());
 }
 
+// A client of server without the clients' retries (Note [Several replicas] in
+// client/library/channel_target.h), to see each refusal once, as the server sent it.
+std::unique_ptr<client::Client> ClientWithoutRetries(const TestServer& server) {
+  return std::make_unique<client::Client>(
+      grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials()));
+}
+
 TEST_F(DispatchTest, InlineRequestsAreAdmittedLikeOthers) {
   server::ServerOptions options = HookedOptions();
   options.max_in_flight = 1;
@@ -246,7 +256,7 @@ TEST_F(DispatchTest, InlineRequestsAreAdmittedLikeOthers) {
   EXPECT_EQ(server.server().service().requests_inline(), 1);
 
   server.server().service().StartDraining();
-  r = server.client().ComputeGradients(SquareRequest());
+  r = ClientWithoutRetries(server)->ComputeGradients(SquareRequest());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
   EXPECT_EQ(Counters(server).requests_rejected(), 2);
 }
@@ -264,7 +274,7 @@ TEST_F(DispatchTest, DrainingWaitsForInlineCallsInFlight) {
   hold_.entered.WaitForNotification();
   service.StartDraining();
   EXPECT_FALSE(service.WaitUntilIdle(absl::ZeroDuration()));
-  EXPECT_EQ(server.client().ComputeGradients(SquareRequest()).status().code(),
+  EXPECT_EQ(ClientWithoutRetries(server)->ComputeGradients(SquareRequest()).status().code(),
             absl::StatusCode::kUnavailable);
   std::thread release([&] { hold_.release.Notify(); });
   EXPECT_TRUE(service.WaitUntilIdle(absl::InfiniteDuration()));
