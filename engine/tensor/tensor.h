@@ -97,9 +97,13 @@ class Tensor {
   std::string DebugString() const;
 
   // --- Data. The pointer is to the first element; it is host memory only on host devices. ---
+  // A tensor with no elements may have no memory at all (a null data pointer) and still an
+  // offset, e.g. a slice of a [0, 5] tensor along its second dimension: then it is null, since
+  // even adding the offset to null is undefined behaviour.
   void* raw_data() const {
-    return static_cast<char*>(impl_->storage->data()) +
-           impl_->storage_offset * static_cast<int64_t>(ElementSize(impl_->dtype));
+    char* base = static_cast<char*>(impl_->storage->data());
+    if (base == nullptr) [[unlikely]] return nullptr;
+    return base + impl_->storage_offset * static_cast<int64_t>(ElementSize(impl_->dtype));
   }
   template <typename T>
   T* data() const {

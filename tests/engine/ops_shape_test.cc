@@ -158,6 +158,16 @@ TEST(CatTest, JoinsAlongDim) {
   EXPECT_EQ(stack({I64({1, 2}, {2}), Iota({2})}, 0).dtype(), DType::kFloat64);
 }
 
+// Found by the fuzzer (conv2d with padding 'same' and a batch of 0): the result of joining
+// [0, 2] and [0, 3] has no memory, and the second part starts at an offset of 2 elements;
+// computing its address was undefined behaviour (UBSan: non-zero offset applied to null).
+TEST(CatTest, JoinsTensorsWithNoElementsAlongAnotherDim) {
+  Tensor y = cat({Iota({0, 2}), Iota({0, 3}), Iota({0, 1})}, 1);
+  EXPECT_EQ(ShapeOf(y), S({0, 6}));
+  EXPECT_EQ(ShapeOf(cat({Iota({2, 0, 3}), Iota({2, 0, 1})}, 2)), S({2, 0, 4}));
+  EXPECT_EQ(narrow(y, 1, 2, 3).raw_data(), nullptr);
+}
+
 TEST(StackTest, JoinsAlongNewDim) {
   Tensor a = F64({1, 2}, {2});
   Tensor b = F64({3, 4}, {2});
