@@ -813,6 +813,7 @@ class ConvolutionBackward final : public Node {
     const Tensor& grad = grads[0];
     const bool need_x = should_compute_output(0), need_w = should_compute_output(1);
     const bool need_b = has_bias_ && should_compute_output(2);
+    if (g_.channels == 0) return ZeroChannelGradients(x, w, grad, need_x, need_w, need_b);
     if (GradMode::is_enabled()) return Differentiable(x, w, grad, need_x, need_w, need_b);
     const Tensor xc = x.contiguous(), wc = w.contiguous(), gc = grad.contiguous();
     Tensor gx = need_x ? Tensor::Zeros(x.shape(), x.dtype(), x.device()) : Tensor();
@@ -853,6 +854,21 @@ class ConvolutionBackward final : public Node {
       out[2] = sum(grad, dims);
     }
     RecordAsOneFunction(out, {grad, x, w}, "ConvolutionBackwardBackward0");
+    return out;
+  }
+
+  // Note [conv2d over zero channels]: zeros for each input, as PyTorch's convolution_backward
+  // gives (its grad has no element to take anything from); under create_graph they are
+  // recorded as one function's, so differentiating them again gives no gradient.
+  TensorList ZeroChannelGradients(const Tensor& x, const Tensor& w, const Tensor& grad, bool need_x,
+                                  bool need_w, bool need_b) const {
+    TensorList out(3);
+    if (need_x) out[0] = Tensor::Zeros(x.shape(), x.dtype(), x.device());
+    if (need_w) out[1] = Tensor::Zeros(w.shape(), w.dtype(), w.device());
+    if (need_b) out[2] = Tensor::Zeros({g_.out_channels}, w.dtype(), w.device());
+    if (GradMode::is_enabled()) {
+      RecordAsOneFunction(out, {grad, x, w}, "ConvolutionBackwardBackward0");
+    }
     return out;
   }
 
@@ -1097,11 +1113,18 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
                  ShapeToString(bias.shape()), " but weight with shape ",
                  ShapeToString(weight.shape()), " needs [", g.out_channels, "]");
   }
+  // Note [conv2d over zero channels]
+  // An input of zero channels (weight [O, 0, kH, kW]) gives an output of zero channels, not
+  // O: PyTorch (1.13 and 2.x alike: calc_output_size's "empty # of channels") sets the
+  // output's channel count to the input's, so nothing is convolved and the bias is added
+  // nowhere; its backward gives zeros for input, weight and bias. gradserve follows, so that
+  // a client's graph has the shapes PyTorch gives it.
+  const bool zero_channels = g.channels == 0;
   const Tensor x = input.contiguous(), w = weight.contiguous();
   const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
-  Tensor out =
-      Tensor::Empty({g.batch, g.out_channels, g.out_h, g.out_w}, input.dtype(), input.device());
-  conv2d_stub(out.device(), x, w, b, g, out);
+  Tensor out = Tensor::Empty({g.batch, zero_channels ? 0 : g.out_channels, g.out_h, g.out_w},
+                             input.dtype(), input.device());
+  if (!zero_channels) conv2d_stub(out.device(), x, w, b, g, out);
   RecordIfNeeded(out, {input, weight, bias},
                  [&] { return MakeNode<ConvolutionBackward>(input, weight, bias.defined(), g); });
   return out;

@@ -568,6 +568,32 @@ TEST(Conv2dTest, CreateGraphGradientsOfAConstantInputRequireGrad) {
   EXPECT_FALSE((*grads)[0].requires_grad());
 }
 
+// Note [conv2d over zero channels]: an input of zero channels gives an output of zero
+// channels whatever the weight's out_channels, and zero gradients (the bias's of its shape);
+// shapes from PyTorch 1.13. Found by diff_fuzz.py: the weight [O, 0, kH, kW] was refused.
+TEST(Conv2dTest, ZeroInputChannelsAsPyTorch) {
+  const Tensor x = Leaf({2, 0, 4, 4}, 1), w = Leaf({3, 0, 2, 2}, 2), b = Leaf({3}, 3);
+  const Tensor y = conv2d(x, w, b);
+  EXPECT_EQ(ShapeOf(y), S({2, 0, 3, 3}));
+  EXPECT_EQ(NodeName(y), "ConvolutionBackward0");
+  EXPECT_EQ(ShapeOf(conv2d(x, w, b, Options({2, 1}, {1, 0}, {1, 2}, 1))), S({2, 0, 3, 2}));
+  EXPECT_EQ(ShapeOf(conv2d(x, Leaf({4, 0, 2, 2}, 4), Tensor(), Options({1, 1}, {0, 0}, {1, 1}, 2))),
+            S({2, 0, 3, 3}));
+  Conv2dOptions same;
+  same.same_padding = true;
+  EXPECT_EQ(ShapeOf(conv2d(x, Leaf({3, 0, 5, 5}, 5), b, same)), S({2, 0, 4, 4}));
+  EXPECT_EQ(ShapeOf(conv2d(Leaf({0, 4, 4}, 6), w)), S({0, 3, 3}));
+  absl::StatusOr<TensorList> grads = autograd::Grad({sum(y)}, {}, {x, w, b}, {});
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_EQ(ShapeOf((*grads)[0]), S({2, 0, 4, 4}));
+  EXPECT_EQ(ShapeOf((*grads)[1]), S({3, 0, 2, 2}));
+  ExpectNear((*grads)[2], {0, 0, 0});
+  // Under create_graph the zeros are the one function's, as PyTorch's: no second gradient.
+  ExpectGradientsOfOneFunction(conv2d(x, w, b), {x, w, b}, "ConvolutionBackwardBackward0");
+  // The kernel must still fit the padded input, as in PyTorch.
+  ExpectInvalid([&] { conv2d(Leaf({2, 0, 1, 1}, 7), w); }, {"smaller than the kernel"});
+}
+
 // padding="same", with values from PyTorch 1.13 (F.conv2d(..., padding="same")).
 TEST(Conv2dTest, SamePadding) {
   Conv2dOptions same;
@@ -650,6 +676,17 @@ TEST(Conv2dTest, Errors) {
       {"out_channels = 3", "groups = 2"});
   ExpectInvalid([&] { conv2d(Constant({4, 4}, 6), w); }, {"[4, 4]"});
   ExpectInvalid([&] { conv2d(x, w.To(DType::kFloat32)); }, {"weight", "float32"});
+  // As in PyTorch, fewer out_channels than groups (none included) are refused.
+  ExpectInvalid(
+      [&] {
+        conv2d(x, Constant({0, 2, 3, 3}, 8));
+      },
+      {"[0, 2, 3, 3]", "out_channels = 0", "groups = 1"});
+  ExpectInvalid(
+      [&] {
+        conv2d(x, Constant({0, 1, 3, 3}, 9), Tensor(), Options({1, 1}, {0, 0}, {1, 1}, 2));
+      },
+      {"out_channels = 0", "groups = 2"});
   // groups at int64's end: no weight with out_channels divisible by it fits but an empty one.
   ExpectInvalid(
       [&] {
