@@ -132,9 +132,9 @@ ConvGeometry MakeConvGeometry(absl::Span<const int64_t> input_shape,
   g.out_channels = weight_shape[0];
   g.kernel_h = weight_shape[2];
   g.kernel_w = weight_shape[3];
-  GS_CHECK_ARG(weight_shape[1] > 0 && g.kernel_h > 0 && g.kernel_w > 0,
-               "conv2d: weight with shape ", ShapeToString(weight_shape),
-               " must have positive in_channels / groups and kernel sizes");
+  // in_channels / groups may be 0 (Note [conv2d over zero channels] in nn.cc).
+  GS_CHECK_ARG(g.kernel_h > 0 && g.kernel_w > 0, "conv2d: weight with shape ",
+               ShapeToString(weight_shape), " must have positive kernel sizes");
   GS_CHECK_ARG(g.out_channels % o.groups == 0, "conv2d: out_channels = ", g.out_channels,
                " (weight shape ", ShapeToString(weight_shape),
                ") is not divisible by groups = ", o.groups);
@@ -144,6 +144,10 @@ ConvGeometry MakeConvGeometry(absl::Span<const int64_t> input_shape,
                ShapeToString(input_shape), " has ", g.channels, " channels, but weight with shape ",
                ShapeToString(weight_shape), " and groups = ", o.groups, " expects ",
                too_many ? std::string("more than int64 counts") : absl::StrCat(expected));
+  // PyTorch's check: an empty output channel count is refused, not convolved.
+  GS_CHECK_ARG(g.out_channels >= o.groups, "conv2d: weight with shape ",
+               ShapeToString(weight_shape), " has out_channels = ", g.out_channels,
+               ", fewer than groups = ", o.groups, " (at least one per group)");
   g.out_h = OutputSize(g.height, g.kernel_h, o.stride[0], o.padding[0], o.dilation[0]);
   g.out_w = OutputSize(g.width, g.kernel_w, o.stride[1], o.padding[1], o.dilation[1]);
   GS_CHECK_ARG(g.out_h > 0 && g.out_w > 0, "conv2d: input with shape ", ShapeToString(input_shape),

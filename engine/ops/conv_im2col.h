@@ -40,8 +40,8 @@ struct ConvGeometry {
 };
 
 // Checks a batched input [N, C, H, W] against weight [O, C/G, kH, kW] and the options (strides
-// and dilations positive, padding non-negative, groups dividing C and O, an output of at least
-// one position per dim) and returns the geometry.
+// and dilations positive, padding non-negative, groups dividing C and O, O at least groups, C
+// possibly 0, an output of at least one position per dim) and returns the geometry.
 ConvGeometry MakeConvGeometry(absl::Span<const int64_t> input_shape,
                               absl::Span<const int64_t> weight_shape, const Conv2dOptions& options);
 

@@ -250,6 +250,23 @@ ReductionLayout ReduceDims(absl::Span<const int64_t> shape, absl::InlinedVector<
   return MakeReductionLayout(shape, reduced, /*keepdim=*/false);
 }
 
+// Note [Contracting with a vector in float64]
+// The gradient of matmul's vector operand contracts the other operand with g: a sum of
+// products. As mul then a sum, each float32 product would be rounded before the (float64)
+// sum, so a sum of products that cancel is off by more than an ulp: 616.57745 where the
+// correctly rounded sum is 616.5775 (PyTorch's gemv: 0.4 ulp off), and x / x's two gradients,
+// computed from it, left a residue of 3e-5 where PyTorch's cancelled (diff_fuzz.py seed
+// 1142901977, graph 254). float32 operands are multiplied in float64 (exactly) and the sum
+// rounded once, as PyTorch's float32 gemv accumulates each product unrounded.
+Tensor SumOfProducts(const Tensor& g, const Tensor& x, const ReductionLayout* layout,
+                     absl::Span<const int64_t> shape) {
+  const bool widen = x.dtype() == DType::kFloat32;
+  const Tensor product = widen ? mul(to(g, DType::kFloat64), to(x, DType::kFloat64)) : mul(g, x);
+  const Tensor total =
+      layout != nullptr ? SumOver(product, *layout, "SumBackward1") : sum_to(product, shape);
+  return widen ? to(total, DType::kFloat32) : total;
+}
+
 // Backward of matmul with a 1-d operand, written with broadcasting elementwise ops and
 // reductions (each gradient is an outer product or a contraction with one vector).
 class VectorProductBackward final : public autograd::Node {
@@ -273,7 +290,7 @@ class VectorProductBackward final : public autograd::Node {
         last.back() = true;
         const Tensor ge = ExpandOver(g, ReduceDims(a.shape(), last));
         if (should_compute_output(0)) r[0] = mul(ge, b);
-        if (should_compute_output(1)) r[1] = sum_to(mul(ge, a), b.shape());
+        if (should_compute_output(1)) r[1] = SumOfProducts(ge, a, nullptr, b.shape());
         break;
       }
       case VectorCase::kVecMat: {
@@ -284,7 +301,8 @@ class VectorProductBackward final : public autograd::Node {
         if (should_compute_output(0)) {
           absl::InlinedVector<bool, 6> all_but_rows(b.dim(), true);
           all_but_rows[b.dim() - 2] = false;
-          r[0] = SumOver(mul(ge, b), ReduceDims(b.shape(), all_but_rows), "SumBackward1");
+          const ReductionLayout layout = ReduceDims(b.shape(), all_but_rows);
+          r[0] = SumOfProducts(ge, b, &layout, a.shape());
         }
         if (should_compute_output(1)) {
           // a as a column [K, N], broadcast over b's batch dims.

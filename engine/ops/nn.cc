@@ -524,11 +524,12 @@ void RecordAsOneFunction(TensorList& grads, autograd::TensorRefs inputs, const c
 // ---------------------------------------------------------------------------------------------
 // layer_norm.
 
-// Per row of [rows, cols]: mean and 1 / sqrt(biased variance + eps), then
-// y = (x - mean) * rstd * weight + bias (weight, bias may be null).
+// Per row of [rows, cols]: mean and 1 / sqrt(biased variance + eps), kept in float64 (Note
+// [layer_norm's statistics in float64]), then y = (x - mean) * rstd * weight + bias (weight,
+// bias may be null).
 template <typename T>
 void LayerNormKernel(const T* x, const T* weight, const T* bias, int64_t rows, int64_t cols,
-                     double eps, T* y, T* mean_out, T* rstd_out) {
+                     double eps, T* y, double* mean_out, double* rstd_out) {
   WorkMeter meter;
   for (int64_t r = 0; r < rows; ++r) {
     const T* in = x + r * cols;
@@ -545,8 +546,8 @@ void LayerNormKernel(const T* x, const T* weight, const T* bias, int64_t rows, i
       if (bias != nullptr) v += bias[c];
       out[c] = v;
     });
-    mean_out[r] = static_cast<T>(mean);
-    rstd_out[r] = static_cast<T>(rstd);
+    mean_out[r] = mean;
+    rstd_out[r] = rstd;
   }
 }
 
@@ -554,8 +555,8 @@ void LayerNormKernel(const T* x, const T* weight, const T* bias, int64_t rows, i
 //   gx = rstd * (gy - mean(gy) - xhat * mean(gy * xhat)),  gw = sum_rows(g * xhat),
 //   gb = sum_rows(g). Any of gx, gw, gb may be null (not needed).
 template <typename T>
-void LayerNormBackwardKernel(const T* x, const T* g, const T* weight, const T* mean, const T* rstd,
-                             int64_t rows, int64_t cols, T* gx, T* gw, T* gb) {
+void LayerNormBackwardKernel(const T* x, const T* g, const T* weight, const double* mean,
+                             const double* rstd, int64_t rows, int64_t cols, T* gx, T* gw, T* gb) {
   // Note [Working buffers]: sized by the client's normalized shape.
   WorkingBuffer<Acc> gw_acc(gw != nullptr ? cols : 0, 0), gb_acc(gb != nullptr ? cols : 0, 0);
   WorkMeter meter;
@@ -591,7 +592,7 @@ void LayerNormCpu(const Tensor& x, const Tensor& weight, const Tensor& bias, int
     using T = decltype(tag);
     auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
     LayerNormKernel<T>(x.data<T>(), ptr(weight), ptr(bias), rows, cols, eps, out.data<T>(),
-                       mean.data<T>(), rstd.data<T>());
+                       mean.data<double>(), rstd.data<double>());
   });
 }
 
@@ -601,8 +602,8 @@ void LayerNormBackwardCpu(const Tensor& x, const Tensor& g, const Tensor& weight
   DispatchFloating(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-    LayerNormBackwardKernel<T>(x.data<T>(), g.data<T>(), ptr(weight), mean.data<T>(),
-                               rstd.data<T>(), rows, cols, ptr(gx), ptr(gw), ptr(gb));
+    LayerNormBackwardKernel<T>(x.data<T>(), g.data<T>(), ptr(weight), mean.data<double>(),
+                               rstd.data<double>(), rows, cols, ptr(gx), ptr(gw), ptr(gb));
   });
 }
 
@@ -655,9 +656,15 @@ class LayerNormBackward final : public Node {
 
  private:
   // The formula of LayerNormBackwardKernel in differentiable ops, with the statistics
-  // recomputed from x so that their dependence on x is differentiated too.
-  TensorList Differentiable(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& g,
-                            bool need_x, bool need_w, bool need_b) const {
+  // recomputed from x so that their dependence on x is differentiated too. A float32
+  // layer_norm's runs in float64, its gradients rounded to float32 once at the end, as the
+  // fused kernel's are (Note [layer_norm's statistics in float64]).
+  TensorList Differentiable(const Tensor& input, const Tensor& weight, const Tensor& b,
+                            const Tensor& grad, bool need_x, bool need_w, bool need_b) const {
+    auto wide = [](const Tensor& t) {
+      return t.defined() && t.dtype() == DType::kFloat32 ? to(t, DType::kFloat64) : t;
+    };
+    const Tensor x = wide(input), w = wide(weight), g = wide(grad);
     std::vector<int64_t> dims;
     for (int64_t d = x.dim() - normalized_dims_; d < x.dim(); ++d) dims.push_back(d);
     const Tensor centered = sub(x, mean(x, dims, /*keepdim=*/true));
@@ -672,7 +679,10 @@ class LayerNormBackward final : public Node {
     }
     if (need_w) out[1] = sum_to(mul(g, xhat), w.shape());
     if (need_b) out[2] = sum_to(g, b.shape());
-    RecordAsOneFunction(out, {g, x, w, b}, "NativeLayerNormBackwardBackward0");
+    for (Tensor& t : out) {
+      if (t.defined() && t.dtype() != input.dtype()) t = to(t, input.dtype());
+    }
+    RecordAsOneFunction(out, {grad, input, weight, b}, "NativeLayerNormBackwardBackward0");
     return out;
   }
 
@@ -813,6 +823,7 @@ class ConvolutionBackward final : public Node {
     const Tensor& grad = grads[0];
     const bool need_x = should_compute_output(0), need_w = should_compute_output(1);
     const bool need_b = has_bias_ && should_compute_output(2);
+    if (g_.channels == 0) return ZeroChannelGradients(x, w, grad, need_x, need_w, need_b);
     if (GradMode::is_enabled()) return Differentiable(x, w, grad, need_x, need_w, need_b);
     const Tensor xc = x.contiguous(), wc = w.contiguous(), gc = grad.contiguous();
     Tensor gx = need_x ? Tensor::Zeros(x.shape(), x.dtype(), x.device()) : Tensor();
@@ -853,6 +864,21 @@ class ConvolutionBackward final : public Node {
       out[2] = sum(grad, dims);
     }
     RecordAsOneFunction(out, {grad, x, w}, "ConvolutionBackwardBackward0");
+    return out;
+  }
+
+  // Note [conv2d over zero channels]: zeros for each input, as PyTorch's convolution_backward
+  // gives (its grad has no element to take anything from); under create_graph they are
+  // recorded as one function's, so differentiating them again gives no gradient.
+  TensorList ZeroChannelGradients(const Tensor& x, const Tensor& w, const Tensor& grad, bool need_x,
+                                  bool need_w, bool need_b) const {
+    TensorList out(3);
+    if (need_x) out[0] = Tensor::Zeros(x.shape(), x.dtype(), x.device());
+    if (need_w) out[1] = Tensor::Zeros(w.shape(), w.dtype(), w.device());
+    if (need_b) out[2] = Tensor::Zeros({g_.out_channels}, w.dtype(), w.device());
+    if (GradMode::is_enabled()) {
+      RecordAsOneFunction(out, {grad, x, w}, "ConvolutionBackwardBackward0");
+    }
     return out;
   }
 
@@ -1015,8 +1041,19 @@ Tensor layer_norm(const Tensor& input, absl::Span<const int64_t> normalized_shap
   const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
   const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
   Tensor out = Tensor::Empty(input.shape(), input.dtype(), input.device());
-  Tensor mean = Tensor::Empty({rows}, input.dtype(), input.device());
-  Tensor rstd = Tensor::Empty({rows}, input.dtype(), input.device());
+  // Note [layer_norm's statistics in float64]
+  // The statistics the backward reads are kept in float64 whatever the input's dtype, as
+  // they are computed. Rounded to float32 (as PyTorch's CPU kernel keeps them), the mean of
+  // a row shifted far from 0 (values near 100 that differ by 1) is off by up to half an ulp
+  // of 100, so xhat = (x - mean) * rstd is off by 4e-6 relative; gx = rstd * (gy - mean(gy)
+  // - xhat * mean(gy * xhat)) then cancels terms of the weight's magnitude down to the
+  // spread's, and a weight near 100 made that 5e-4 relative where PyTorch's own formula got
+  // 1e-4 (diff_fuzz.py seed 202446368, graph 298). With float64 statistics that gradient is
+  // within an ulp or two of float32. They are [rows] elements: a few bytes more per row. The
+  // differentiable formula (create_graph) recomputes them, so for the same reason it runs a
+  // float32 layer_norm's backward in float64 and rounds each gradient once.
+  Tensor mean = Tensor::Empty({rows}, DType::kFloat64, input.device());
+  Tensor rstd = Tensor::Empty({rows}, DType::kFloat64, input.device());
   layer_norm_stub(out.device(), x, w, b, rows, cols, eps, out, mean, rstd);
   RecordIfNeeded(out, {input, weight, bias}, [&] {
     return MakeNode<LayerNormBackward>(input, weight, bias, mean, rstd, k, eps);
@@ -1097,11 +1134,18 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
                  ShapeToString(bias.shape()), " but weight with shape ",
                  ShapeToString(weight.shape()), " needs [", g.out_channels, "]");
   }
+  // Note [conv2d over zero channels]
+  // An input of zero channels (weight [O, 0, kH, kW]) gives an output of zero channels, not
+  // O: PyTorch (1.13 and 2.x alike: calc_output_size's "empty # of channels") sets the
+  // output's channel count to the input's, so nothing is convolved and the bias is added
+  // nowhere; its backward gives zeros for input, weight and bias. gradserve follows, so that
+  // a client's graph has the shapes PyTorch gives it.
+  const bool zero_channels = g.channels == 0;
   const Tensor x = input.contiguous(), w = weight.contiguous();
   const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
-  Tensor out =
-      Tensor::Empty({g.batch, g.out_channels, g.out_h, g.out_w}, input.dtype(), input.device());
-  conv2d_stub(out.device(), x, w, b, g, out);
+  Tensor out = Tensor::Empty({g.batch, zero_channels ? 0 : g.out_channels, g.out_h, g.out_w},
+                             input.dtype(), input.device());
+  if (!zero_channels) conv2d_stub(out.device(), x, w, b, g, out);
   RecordIfNeeded(out, {input, weight, bias},
                  [&] { return MakeNode<ConvolutionBackward>(input, weight, bias.defined(), g); });
   return out;

@@ -56,8 +56,9 @@ using SoftmaxBackwardFn = void(const Tensor& y, const Tensor& g, const Tensor& g
                                bool log);
 extern KernelStub<SoftmaxBackwardFn> softmax_backward_stub;
 
-// Per row of x [rows, cols]: mean, rstd and y = (x - mean) * rstd * weight + bias (weight,
-// bias undefined if absent).
+// Per row of x [rows, cols]: mean, rstd (float64 [rows] whatever x's dtype: Note [layer_norm's
+// statistics in float64] in nn.cc) and y = (x - mean) * rstd * weight + bias (weight, bias
+// undefined if absent).
 using LayerNormFn = void(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t rows,
                          int64_t cols, double eps, const Tensor& out, const Tensor& mean,
                          const Tensor& rstd);

@@ -134,11 +134,13 @@ TEST_P(GpuNn, LayerNorm) {
   const int64_t ns[] = {cols};
   Near(layer_norm(x, ns, w, b), layer_norm(G(x), ns, G(w), G(b)), "layer_norm");
   Near(layer_norm(x, ns), layer_norm(G(x), ns), "layer_norm no affine");
-  Tensor y = Tensor::Empty({rows, cols}, dt), m = Tensor::Empty({rows}, dt),
-         r = Tensor::Empty({rows}, dt);
+  // The statistics are float64 whatever dt (Note [layer_norm's statistics in float64]).
+  const DType f64 = DType::kFloat64;
+  Tensor y = Tensor::Empty({rows, cols}, dt), m = Tensor::Empty({rows}, f64),
+         r = Tensor::Empty({rows}, f64);
   layer_norm_stub(kCPU, x, w, b, rows, cols, 1e-5, y, m, r);
-  Tensor gy = Tensor::Empty({rows, cols}, dt, Gpu()), gm = Tensor::Empty({rows}, dt, Gpu()),
-         gr = Tensor::Empty({rows}, dt, Gpu());
+  Tensor gy = Tensor::Empty({rows, cols}, dt, Gpu()), gm = Tensor::Empty({rows}, f64, Gpu()),
+         gr = Tensor::Empty({rows}, f64, Gpu());
   layer_norm_stub(Gpu(), G(x), G(w), G(b), rows, cols, 1e-5, gy, gm, gr);
   Near(m, gm, "mean");
   Near(r, gr, "rstd");

@@ -119,6 +119,48 @@ TEST(MatmulTest, Float32AgreesWithFloat64) {
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-5);
 }
 
+// Note [Contracting with a vector in float64]: the float32 gradient of a vector operand is the
+// float64 contraction rounded once, with products of 1000s cancelling to smaller sums. Before,
+// each product was rounded to float32 first and some elements were ulps off.
+TEST(MatmulTest, Float32VectorGradientIsTheContractionRoundedOnce) {
+  const Tensor m = RandomInput({4, 8, 16}, 7, -1000, 1000, false);
+  const Tensor g = RandomInput({4, 8}, 8, -1, 1, false);
+  const Tensor h = RandomInput({4, 16}, 9, -1, 1, false);
+  Tensor v = RandomInput({16}, 10, -1, 1, false).To(DType::kFloat32);
+  Tensor w = RandomInput({8}, 11, -1, 1, false).To(DType::kFloat32);
+  v.set_requires_grad(true);
+  w.set_requires_grad(true);
+  const Tensor m32 = m.To(DType::kFloat32);
+  const Tensor m64 = m32.To(DType::kFloat64);  // the float32 values, exactly
+  for (bool create_graph : {false, true}) {
+    SCOPED_TRACE(create_graph ? "create_graph" : "plain");
+    autograd::BackwardOptions options;
+    options.create_graph = create_graph;
+    // m [4, 8, 16] @ v [16] (matrix-vector) and w [8] @ m [4, 8, 16] (vector-matrix).
+    absl::StatusOr<TensorList> gv =
+        autograd::Grad({matmul(m32, v)}, {g.To(DType::kFloat32)}, {v}, options);
+    absl::StatusOr<TensorList> gw =
+        autograd::Grad({matmul(w, m32)}, {h.To(DType::kFloat32)}, {w}, options);
+    ASSERT_TRUE(gv.ok() && gw.ok());
+    const Tensor g64 = g.To(DType::kFloat32).To(DType::kFloat64);
+    const Tensor h64 = h.To(DType::kFloat32).To(DType::kFloat64);
+    const std::vector<double> mv = Values(m64), gd = Values(g64), hd = Values(h64);
+    const std::vector<double> got_v = Values((*gv)[0]), got_w = Values((*gw)[0]);
+    for (int64_t k = 0; k < 16; ++k) {
+      double total = 0;
+      for (int64_t r = 0; r < 32; ++r) total += mv[r * 16 + k] * gd[r];
+      EXPECT_EQ(got_v[k], static_cast<double>(static_cast<float>(total))) << "v " << k;
+    }
+    for (int64_t k = 0; k < 8; ++k) {
+      double total = 0;
+      for (int64_t b = 0; b < 4; ++b) {
+        for (int64_t n = 0; n < 16; ++n) total += mv[(b * 8 + k) * 16 + n] * hd[b * 16 + n];
+      }
+      EXPECT_EQ(got_w[k], static_cast<double>(static_cast<float>(total))) << "w " << k;
+    }
+  }
+}
+
 TEST(MatmulTest, Int64) {
   Tensor a = Tensor::FromVector<int64_t>({1, 2, 3, 4, 5, 6}, {2, 3});
   Tensor b = Tensor::FromVector<int64_t>({1, 0, 0, 1, 1, 1}, {3, 2});

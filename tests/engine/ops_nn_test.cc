@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -420,6 +421,41 @@ TEST(LayerNormTest, CreateGraphGradientsOfAConstantInputRequireGrad) {
                                "NativeLayerNormBackwardBackward0");
 }
 
+// Note [layer_norm's statistics in float64]: float32 gradients of a row far from 0 (values near
+// -100 that differ by 1.5) with weights near -100 stay within a few float32 ulps of float64's
+// on both backward paths. The row of diff_fuzz.py seed 202446368 graph 298: with float32
+// statistics the input's gradient was 5.6e-4 off relative (PyTorch's 1e-4).
+TEST(LayerNormTest, Float32GradientsOfAShiftedRowAsFloat64s) {
+  const Tensor x = F64({-101.454636, -101.131966, -100.36773, -99.867065}, {4});
+  const Tensor w = F64({-100.47441, -99.95641, -98.78681, -101.39226}, {4});
+  auto grads = [&](DType dtype, bool create_graph) {
+    Tensor xd = x.To(DType::kFloat32).To(dtype), wd = w.To(DType::kFloat32).To(dtype);
+    xd.set_requires_grad(true);
+    wd.set_requires_grad(true);
+    autograd::BackwardOptions options;
+    options.create_graph = create_graph;
+    absl::StatusOr<TensorList> g =
+        autograd::Grad({layer_norm(xd, {4}, wd, Tensor(), 1e-5)}, {Tensor::Full({4}, 0.25, dtype)},
+                       {xd, wd}, options);
+    EXPECT_TRUE(g.ok()) << g.status();
+    return g.ok() ? *g : TensorList(2);
+  };
+  const TensorList ref = grads(DType::kFloat64, false);
+  for (bool create_graph : {false, true}) {
+    SCOPED_TRACE(create_graph ? "create_graph" : "fused");
+    const TensorList got = grads(DType::kFloat32, create_graph);
+    for (size_t i = 0; i < 2; ++i) {
+      const V r = Values(ref[i]), v = Values(got[i]);
+      double scale = 0, error = 0;
+      for (size_t k = 0; k < r.size(); ++k) {
+        scale = std::max(scale, std::abs(r[k]));
+        error = std::max(error, std::abs(v[k] - r[k]));
+      }
+      EXPECT_LE(error / scale, 3e-7) << "gradient " << i;
+    }
+  }
+}
+
 TEST(LayerNormTest, Errors) {
   Tensor x = F64({1, 2, 3, 4, 5, 6}, {2, 3});
   ExpectInvalid([&] { layer_norm(x, {2}); },
@@ -568,6 +604,32 @@ TEST(Conv2dTest, CreateGraphGradientsOfAConstantInputRequireGrad) {
   EXPECT_FALSE((*grads)[0].requires_grad());
 }
 
+// Note [conv2d over zero channels]: an input of zero channels gives an output of zero
+// channels whatever the weight's out_channels, and zero gradients (the bias's of its shape);
+// shapes from PyTorch 1.13. Found by diff_fuzz.py: the weight [O, 0, kH, kW] was refused.
+TEST(Conv2dTest, ZeroInputChannelsAsPyTorch) {
+  const Tensor x = Leaf({2, 0, 4, 4}, 1), w = Leaf({3, 0, 2, 2}, 2), b = Leaf({3}, 3);
+  const Tensor y = conv2d(x, w, b);
+  EXPECT_EQ(ShapeOf(y), S({2, 0, 3, 3}));
+  EXPECT_EQ(NodeName(y), "ConvolutionBackward0");
+  EXPECT_EQ(ShapeOf(conv2d(x, w, b, Options({2, 1}, {1, 0}, {1, 2}, 1))), S({2, 0, 3, 2}));
+  EXPECT_EQ(ShapeOf(conv2d(x, Leaf({4, 0, 2, 2}, 4), Tensor(), Options({1, 1}, {0, 0}, {1, 1}, 2))),
+            S({2, 0, 3, 3}));
+  Conv2dOptions same;
+  same.same_padding = true;
+  EXPECT_EQ(ShapeOf(conv2d(x, Leaf({3, 0, 5, 5}, 5), b, same)), S({2, 0, 4, 4}));
+  EXPECT_EQ(ShapeOf(conv2d(Leaf({0, 4, 4}, 6), w)), S({0, 3, 3}));
+  absl::StatusOr<TensorList> grads = autograd::Grad({sum(y)}, {}, {x, w, b}, {});
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_EQ(ShapeOf((*grads)[0]), S({2, 0, 4, 4}));
+  EXPECT_EQ(ShapeOf((*grads)[1]), S({3, 0, 2, 2}));
+  ExpectNear((*grads)[2], {0, 0, 0});
+  // Under create_graph the zeros are the one function's, as PyTorch's: no second gradient.
+  ExpectGradientsOfOneFunction(conv2d(x, w, b), {x, w, b}, "ConvolutionBackwardBackward0");
+  // The kernel must still fit the padded input, as in PyTorch.
+  ExpectInvalid([&] { conv2d(Leaf({2, 0, 1, 1}, 7), w); }, {"smaller than the kernel"});
+}
+
 // padding="same", with values from PyTorch 1.13 (F.conv2d(..., padding="same")).
 TEST(Conv2dTest, SamePadding) {
   Conv2dOptions same;
@@ -650,6 +712,17 @@ TEST(Conv2dTest, Errors) {
       {"out_channels = 3", "groups = 2"});
   ExpectInvalid([&] { conv2d(Constant({4, 4}, 6), w); }, {"[4, 4]"});
   ExpectInvalid([&] { conv2d(x, w.To(DType::kFloat32)); }, {"weight", "float32"});
+  // As in PyTorch, fewer out_channels than groups (none included) are refused.
+  ExpectInvalid(
+      [&] {
+        conv2d(x, Constant({0, 2, 3, 3}, 8));
+      },
+      {"[0, 2, 3, 3]", "out_channels = 0", "groups = 1"});
+  ExpectInvalid(
+      [&] {
+        conv2d(x, Constant({0, 1, 3, 3}, 9), Tensor(), Options({1, 1}, {0, 0}, {1, 1}, 2));
+      },
+      {"out_channels = 0", "groups = 2"});
   // groups at int64's end: no weight with out_channels divisible by it fits but an empty one.
   ExpectInvalid(
       [&] {

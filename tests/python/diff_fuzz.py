@@ -53,10 +53,7 @@ MAX_ABS = 1e6
 REFUSE_MIXED = {"matmul", "conv2d", "layer_norm"}
 # Mismatches at the CI seed that are understood and left (docs/parity_fuzzing.md): reported as
 # known, not failures. (seed, graph) -> why.
-KNOWN = {
-    (0, 2936): "amax over layer_norm outputs that tie exactly in PyTorch and the reference but "
-               "differ in their last float32 bit in gradserve: the subgradient goes elsewhere",
-}
+KNOWN = {}
 OTHER_DTYPE = {np.dtype(np.float32): np.float64, np.dtype(np.float64): np.float32}
 
 

@@ -29,6 +29,8 @@ from dual_graph import DualGraph, to_numpy
 MAX_ABS = 1e3
 MAX_OPS = 9
 MIN_NORM_VARIANCE = 0.05  # layer_norm groups; see well_conditioned_norm
+MAX_PAIR_VARIANCE = 1.0  # layer_norm groups of two elements; likewise
+BOUND_GAP = 1e-5  # clamp bounds; see bounds_between_values
 
 
 class RandomGraph:
@@ -200,14 +202,21 @@ class RandomGraph:
         return x and self.try_op(op, [x], **attrs)
 
     def bounds_between_values(self, values):
-        """Two clamp bounds, each midway between distinct values, so that no value lies on a
-        bound: a bound equal to a computed value would make the gradient depend on the last
-        bit of that value, which may differ between any two implementations."""
-        points = np.unique(values)
-        if points.size < 2:
-            centre = float(points[0]) if points.size else 0.0
-            return centre - 0.25, centre + 0.25
-        mids = (points[:-1] + points[1:]) / 2
+        """Two clamp bounds, each midway between values at least BOUND_GAP apart (relatively),
+        so that no value lies on or next to a bound: a bound within rounding of a computed
+        value would make the gradient depend on the last bits of that value, which may differ
+        between any two implementations. (Midway between float32 values an ulp apart, in
+        float32, is one of them: a float32 softmax that rounded correctly where PyTorch's did
+        not sat on such a bound; diff_fuzz.py seed 206124671, graph 809.) Where no two values
+        are that far apart, the bounds enclose them all."""
+        points = np.unique(np.asarray(values, dtype=np.float64))
+        if points.size == 0:
+            return -0.25, 0.25
+        gaps = np.diff(points) > BOUND_GAP * np.maximum(np.abs(points[:-1]), np.abs(points[1:]))
+        mids = ((points[:-1] + points[1:]) / 2)[gaps]
+        if mids.size == 0:
+            margin = 0.25 + BOUND_GAP * float(np.abs(points).max())
+            return float(points[0]) - margin, float(points[-1]) + margin
         lo, hi = sorted(self.rng.choice(mids, size=2))
         return float(lo), float(hi)
 
@@ -381,12 +390,20 @@ class RandomGraph:
         """Whether every group layer_norm would normalize over x's last k dims has a variance of
         at least MIN_NORM_VARIANCE. Below it 1/sqrt(var + eps) amplifies float32 rounding past
         the tolerance, and a single-element group's output is rounding noise in PyTorch where
-        gradserve gives an exact 0: abs or relu after it then take different branches."""
+        gradserve gives an exact 0: abs or relu after it then take different branches. A pair's
+        variance must also be at most MAX_PAIR_VARIANCE: a pair normalizes to +-1 whatever its
+        values, so its input's gradient is eps / (var + eps) times terms of rstd * grad, a
+        cancellation that leaves float64 rounding of about 1e-16 * var / eps relative in any
+        formula (a pair 80 apart: gradserve 3e-7 and PyTorch's float64 reference 8e-8 from the
+        exact value; diff_fuzz.py seed 1979925486, graph 5) and float32 an exact 0."""
         v = self.value(x).detach().double()
         if v.numel() == 0:
             return True
         dims = tuple(range(v.dim() - k, v.dim()))
-        return bool(v.var(dim=dims, unbiased=False).min() >= MIN_NORM_VARIANCE)
+        var = v.var(dim=dims, unbiased=False)
+        if int(np.prod(v.shape[v.dim() - k:])) == 2 and var.max() > MAX_PAIR_VARIANCE:
+            return False
+        return bool(var.min() >= MIN_NORM_VARIANCE)
 
     def cross_entropy(self):
         x = self.pick(min_rank=1)

@@ -450,6 +450,48 @@ class HandWrittenParityTest(ServerTestCase):
         g.grad_call([g.op("cross_entropy", [x, t, w])], [x, w])
         self.run_dual(g)
 
+    def test_conv2d_degenerate_sizes_as_pytorch(self):
+        """conv2d over an empty batch or zero input channels gives what PyTorch gives (an input
+        of zero channels an output of zero channels and zero gradients: Note [conv2d over zero
+        channels]; diff_fuzz.py found such a weight refused), values, gradients and second
+        order; fewer out_channels than groups are refused as PyTorch refuses them."""
+        cases = [((2, 0, 4, 4), (3, 0, 2, 2), True, {}),
+                 ((2, 0, 4, 4), (3, 0, 2, 2), False, {}),
+                 ((2, 0, 5, 4), (4, 0, 2, 2), False, {"groups": 2, "stride": [2, 1]}),
+                 ((2, 0, 4, 4), (3, 0, 3, 2), True, {"padding": "same", "dilation": [1, 2]}),
+                 ((0, 4, 4), (3, 0, 2, 2), True, {"padding": [1, 0]}),
+                 ((0, 2, 4, 4), (3, 2, 2, 2), True, {"dilation": [1, 2]}),
+                 ((0, 0, 4, 4), (2, 0, 1, 1), False, {})]
+        for seed, (x_shape, w_shape, bias, attrs) in enumerate(cases):
+            with self.subTest(x=x_shape, w=w_shape, bias=bias, attrs=attrs):
+                g = DualGraph()
+                inputs = [leaf(g, x_shape, 60 + seed), leaf(g, w_shape, 70 + seed)]
+                if bias:
+                    inputs.append(leaf(g, (w_shape[0],), 80 + seed))
+                y = g.op("conv2d", inputs, **attrs)
+                loss = g.op("sum", [g.op("mul", [y, y])])
+                g.grad_call([loss], inputs, retain_graph=True)
+                # PyTorch 1.13's double backward of a zero-channel input with a bias fails
+                # (it expands the bias's gradient to the empty output).
+                if not (bias and x_shape[-3] == 0):
+                    gx, gw = g.grad_op([loss], inputs[:2], [g.leaf(np.array(1.0))])
+                    root = g.op("add", [g.op("sum", [gx]), g.op("sum", [gw])])
+                    g.grad_call([root], inputs, none_as_zero=True)
+                self.run_dual(g, {y: g.values[y].detach().numpy()})
+        for w_shape, groups in (((0, 2, 2, 2), 1), ((0, 1, 2, 2), 2), ((1, 1, 2, 2), 2)):
+            with self.subTest(w=w_shape, groups=groups):
+                g = DualGraph()
+                names = [leaf(g, (1, 2, 4, 4), 90), leaf(g, w_shape, 91)]
+                with self.assertRaises(RuntimeError):
+                    g.evaluate("conv2d", names, {"groups": groups})
+                g.builder.op("conv2d", names, out="y", groups=groups)
+                g.builder.op("sum", ["y"], out="loss")
+                g.builder.backward_call("loss", inputs=[names[0]])
+                with self.assertRaises(GradserveError) as cm:
+                    self.client.grad(g.builder)
+                self.assertEqual(cm.exception.code.name, "INVALID_ARGUMENT")
+                self.assertIn(f"groups = {groups}", cm.exception.message)
+
     def test_seeds_of_another_dtype_are_converted(self):
         """A seed may have any floating dtype: it is converted to its root's (the proto's
         BackwardCall.seeds), as PyTorch converts grad_outputs."""

@@ -149,7 +149,8 @@ void SoftmaxBackwardCuda(const Tensor& y, const Tensor& g, const Tensor& gx, Dim
 
 template <typename T>
 __global__ void LayerNormForwardKernel(const T* x, const T* weight, const T* bias, int64_t rows,
-                                       int64_t cols, double eps, T* y, T* mean_out, T* rstd_out) {
+                                       int64_t cols, double eps, T* y, double* mean_out,
+                                       double* rstd_out) {
   __shared__ double shared[kBlock];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* in = x + r * cols;
@@ -171,16 +172,17 @@ __global__ void LayerNormForwardKernel(const T* x, const T* weight, const T* bia
       out[c] = v;
     }
     if (threadIdx.x == 0) {
-      mean_out[r] = static_cast<T>(mean);
-      rstd_out[r] = static_cast<T>(rstd);
+      mean_out[r] = mean;  // Note [layer_norm's statistics in float64] (nn.cc)
+      rstd_out[r] = rstd;
     }
   }
 }
 
 // gx per row: rstd * (gy - mean(gy) - xhat * mean(gy * xhat)), gy = g * weight.
 template <typename T>
-__global__ void LayerNormBackwardInputKernel(const T* x, const T* g, const T* weight, const T* mean,
-                                             const T* rstd, int64_t rows, int64_t cols, T* gx) {
+__global__ void LayerNormBackwardInputKernel(const T* x, const T* g, const T* weight,
+                                             const double* mean, const double* rstd, int64_t rows,
+                                             int64_t cols, T* gx) {
   __shared__ double shared[kBlock];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* in = x + r * cols;
@@ -206,8 +208,9 @@ __global__ void LayerNormBackwardInputKernel(const T* x, const T* g, const T* we
 
 // gw[c] = sum over rows of g * xhat, gb[c] = sum over rows of g: one thread per column.
 template <typename T>
-__global__ void LayerNormBackwardParamsKernel(const T* x, const T* g, const T* mean, const T* rstd,
-                                              int64_t rows, int64_t cols, T* gw, T* gb) {
+__global__ void LayerNormBackwardParamsKernel(const T* x, const T* g, const double* mean,
+                                              const double* rstd, int64_t rows, int64_t cols, T* gw,
+                                              T* gb) {
   for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < cols;
        c += int64_t{gridDim.x} * blockDim.x) {
     double gw_acc = 0, gb_acc = 0;
@@ -231,7 +234,7 @@ void LayerNormCuda(const Tensor& x, const Tensor& weight, const Tensor& bias, in
     using T = decltype(tag);
     LayerNormForwardKernel<T><<<RowBlocks(rows), kBlock, 0, on.stream()>>>(
         x.data<T>(), PtrOrNull<T>(weight), PtrOrNull<T>(bias), rows, cols, eps, out.data<T>(),
-        mean.data<T>(), rstd.data<T>());
+        mean.data<double>(), rstd.data<double>());
     GS_CUDA_CHECK_LAUNCH("LayerNormForwardKernel");
   });
 }
@@ -245,14 +248,14 @@ void LayerNormBackwardCuda(const Tensor& x, const Tensor& g, const Tensor& weigh
     using T = decltype(tag);
     if (gx.defined()) {
       LayerNormBackwardInputKernel<T><<<RowBlocks(rows), kBlock, 0, on.stream()>>>(
-          x.data<T>(), g.data<T>(), PtrOrNull<T>(weight), mean.data<T>(), rstd.data<T>(), rows,
-          cols, gx.data<T>());
+          x.data<T>(), g.data<T>(), PtrOrNull<T>(weight), mean.data<double>(), rstd.data<double>(),
+          rows, cols, gx.data<T>());
       GS_CUDA_CHECK_LAUNCH("LayerNormBackwardInputKernel");
     }
     if (gw.defined() || gb.defined()) {
       LayerNormBackwardParamsKernel<T><<<BlocksFor(cols), kThreads, 0, on.stream()>>>(
-          x.data<T>(), g.data<T>(), mean.data<T>(), rstd.data<T>(), rows, cols, MutPtrOrNull<T>(gw),
-          MutPtrOrNull<T>(gb));
+          x.data<T>(), g.data<T>(), mean.data<double>(), rstd.data<double>(), rows, cols,
+          MutPtrOrNull<T>(gw), MutPtrOrNull<T>(gb));
       GS_CUDA_CHECK_LAUNCH("LayerNormBackwardParamsKernel");
     }
   });
