@@ -9,6 +9,8 @@ runs as torch.autograd.grad (grad semantics) or torch.autograd.backward (accumul
 reading .grad). A graph-level op the reference does not know fails the test, naming it.
 
 Run: GRADSERVE_SERVER=... GRADSERVE_PY_STUBS=... /usr/bin/python3 tests/python/test_examples.py
+With GRADSERVE_TARGET=HOST:PORT it checks a server that already runs there instead of starting
+one (deploy/check points it at the container image).
 """
 
 import glob
@@ -20,6 +22,7 @@ from google.protobuf import json_format
 
 from server_fixture import REPO, ServerProcess  # first: puts client/python on sys.path
 from dual_graph import TORCH_OPS, compare
+import gradserve
 from gradserve import from_tensor
 from gradserve.v1 import gradserve_pb2
 
@@ -89,13 +92,20 @@ class ExamplesTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.server = ServerProcess().start()
-        cls.client = cls.server.client()
+        target = os.environ.get("GRADSERVE_TARGET")
+        if target:
+            cls.server = None
+            cls.client = gradserve.Client(target, timeout=30)
+            cls.client.wait_ready(30)
+        else:
+            cls.server = ServerProcess().start()
+            cls.client = cls.server.client()
 
     @classmethod
     def tearDownClass(cls):
         cls.client.close()
-        cls.server.stop()
+        if cls.server is not None:
+            cls.server.stop()
 
     def test_there_are_examples(self):
         self.assertGreaterEqual(len(EXAMPLES), 5)
