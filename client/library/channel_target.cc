@@ -73,6 +73,7 @@ std::shared_ptr<grpc::Channel> CreateClientChannel(
   const absl::StatusOr<std::string> grpc_target = GrpcTarget(target);
   args.SetServiceConfigJSON(kServiceConfigJson);
   args.SetInt(GRPC_ARG_SERVICE_CONFIG_DISABLE_RESOLUTION, 1);
+  args.SetInt(GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE, kRetryBufferBytes);
   return grpc::CreateCustomChannel(
       grpc_target.ok() ? *grpc_target : target,
       credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(), args);

@@ -21,7 +21,12 @@
 //     on another replica. Safe for every method of gradserve.v1.GradService, since each is a
 //     pure function of its request (ComputeGradients computes gradients and changes nothing
 //     on the server); and for grpc.health.v1. gRPC replays a call only while it has buffered
-//     all of it (256 KiB of request by default): larger streamed requests are not retried.
+//     all of it: kRetryBufferBytes of request, 32 MiB, which holds any unary request the
+//     server takes by default (--max_message_bytes); larger streamed requests are not retried.
+//     gRPC's own default, 256 KiB, is not only smaller but unsafe in 1.51: a call over it
+//     that a GOAWAY turned back before the server read it was still retried, with an empty
+//     message (seen in python_cgroup_memory under load: the server logged requests of 0
+//     bytes as INVALID_ARGUMENT, the client got UNAVAILABLE).
 // The target may be what gRPC takes ("host:port", "dns:///host:port" for a name whose
 // addresses are the replicas, "ipv4:a:p,b:p", "unix:path") or a comma-separated list of IP
 // addresses ("10.0.0.1:50051,10.0.0.2:50051", "[::1]:50051,[::1]:50052"), which GrpcTarget
@@ -45,6 +50,9 @@
 #include "grpcpp/support/channel_arguments.h"
 
 namespace gradserve::client {
+
+// The request bytes gRPC keeps per call so that it can replay it (Note [Several replicas]).
+inline constexpr int kRetryBufferBytes = 32 << 20;
 
 // The service config of every client channel (Note [Several replicas]).
 inline constexpr char kServiceConfigJson[] =

@@ -29,8 +29,14 @@ SERVICE_CONFIG = json.dumps({
 })
 
 # The channel options that apply it, and keep DNS from replacing it.
+# The request bytes gRPC keeps per call to replay it: any unary request the server takes by
+# default, and never gRPC's own 256 KiB, with which a larger call that a GOAWAY turned back was
+# replayed with an empty message (kRetryBufferBytes in client/library/channel_target.h).
+RETRY_BUFFER_BYTES = 32 << 20
+
 CHANNEL_OPTIONS = [("grpc.service_config", SERVICE_CONFIG),
-                   ("grpc.service_config_disable_resolution", 1)]
+                   ("grpc.service_config_disable_resolution", 1),
+                   ("grpc.per_rpc_retry_buffer_size", RETRY_BUFFER_BYTES)]
 
 
 def _family(entry):
