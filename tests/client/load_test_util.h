@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -52,6 +53,8 @@ inline CliRun RunGradserve(const std::string& args) {
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   run.out = ReadAll(out);
   run.err = ReadAll(err);
+  std::remove(out.c_str());
+  std::remove(err.c_str());
   return run;
 }
 

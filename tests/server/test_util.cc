@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -83,6 +84,12 @@ ServerProcess::~ServerProcess() {
   if (pid_ > 0) {
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
+  }
+  // The log is kept only where a test failed, to be read (its path in the failure's output).
+  if (::testing::Test::HasFailure()) {
+    std::fprintf(stderr, "the server's log is kept: %s\n", log_path_.c_str());
+  } else {
+    std::remove(log_path_.c_str());
   }
 }
 

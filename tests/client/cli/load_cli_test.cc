@@ -48,6 +48,7 @@ TEST(LoadCliTest, JsonAndHtmlAgainstTwoServersOpenLoop) {
   const std::string page = ReadAll(html);
   EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
   EXPECT_NE(page.find("<svg"), std::string::npos);
+  std::remove(html.c_str());
 }
 
 TEST(LoadCliTest, SummaryAndCsv) {
@@ -121,6 +122,7 @@ TEST(LoadCliTest, FailedCallsExitOneWithTheReport) {
                                    " --requests=5 --format=csv"));
   EXPECT_EQ(run.exit_code, 1) << run.err;
   EXPECT_NE(run.out.find("status_INVALID_ARGUMENT,5"), std::string::npos) << run.out;
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -275,6 +275,7 @@ TEST(LoadGeneratorTest, ErrorsAreCountedByStatusCode) {
   EXPECT_EQ(r->ok, 0);
   EXPECT_EQ(r->status_counts.at("INVALID_ARGUMENT"), 10);
   EXPECT_EQ(r->latency.count(), 0);
+  std::remove(path.c_str());
 }
 
 TEST(LoadGeneratorTest, MaxDurationCutsTheRunShort) {
