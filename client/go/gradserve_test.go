@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -218,7 +219,7 @@ func TestErrorsAreStatuses(t *testing.T) {
 	g.Leaf("v0", g.Must(gradserve.Float32([]float32{0.5})), gradserve.RequiresGrad())
 	prev := "v0"
 	for i := 1; i <= 20000; i++ {
-		name := "v" + itoa(i)
+		name := "v" + strconv.Itoa(i)
 		g.Op("tanh", []string{prev}, name)
 		prev = name
 	}
@@ -236,13 +237,6 @@ func TestErrorsAreStatuses(t *testing.T) {
 	if p, err := client.Ping(timeout(t, 10*time.Second), []byte("ok")); err != nil || string(p) != "ok" {
 		t.Fatalf("ping after errors: %q, %v", p, err)
 	}
-}
-
-func itoa(i int) string { return formatInt(i) }
-
-func formatInt(i int) string {
-	b, _ := json.Marshal(i)
-	return string(b)
 }
 
 func TestBuilderAndClientMistakes(t *testing.T) {
