@@ -20,6 +20,11 @@ GRADSERVE_PACKAGES=(
   # the -1-5-dev package: without it apt picks golang/protobuf 1.3 (shared/RECIPES.md).
   golang-go golang-google-grpc-dev golang-google-protobuf-dev
   golang-github-golang-protobuf-1-5-dev protoc-gen-go protoc-gen-go-grpc
+  # The Java client (client/java, ctest java_client), built with javac from Debian's jars;
+  # libgrpc-java's dependencies are incomplete, hence the netty, perfmark and annotation jars.
+  default-jdk-headless libgrpc-java libprotobuf-java protobuf-compiler-grpc-java-plugin junit5
+  libnetty-java libperfmark-java libgoogle-gson-java libanimal-sniffer-java
+  libgoogle-common-protos-java libgeronimo-annotation-1.3-spec-java
 )
 # What scripts/fuzz needs besides: clang 14 with its sanitizer runtimes and libFuzzer (RECIPES.md).
 GRADSERVE_FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev libfuzzer-14-dev)
