@@ -16,6 +16,8 @@ GRADSERVE_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev libmimalloc-dev
   python3-torch python3-numpy python3-grpcio python3-protobuf openssl
+  # `pip install client/python` offline (ctest python_package): Debian's pip, setuptools, venv.
+  python3-pip python3-setuptools python3-venv
   # The Go client (client/go, ctest go_client), built offline from Debian's Go sources. Name
   # the -1-5-dev package: without it apt picks golang/protobuf 1.3 (shared/RECIPES.md).
   golang-go golang-google-grpc-dev golang-google-protobuf-dev
