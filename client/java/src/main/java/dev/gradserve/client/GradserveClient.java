@@ -279,7 +279,33 @@ public final class GradserveClient implements AutoCloseable {
 
   /** Sends req, streamed (ComputeGradientsStream) or not. */
   public GradResult grad(GradRequest req, boolean stream) {
-    return new GradResult(stream ? gradStreamed(req) : blocking().computeGradients(req));
+    return new GradResult(stream ? gradStreamed(req) : retryClosed(() -> blocking().computeGradients(req)));
+  }
+
+  /**
+   * Whether a call that failed with e may be sent again: grpc-java 1.41 ends a call whose
+   * connection is cut under it (a server killed) with UNKNOWN "channel closed" rather than
+   * UNAVAILABLE, which its retry policy would have retried. Safe: every call is a pure function
+   * of its request.
+   */
+  static boolean closedUnderIt(StatusRuntimeException e) {
+    Status s = e.getStatus();
+    return s.getCode() == Status.Code.UNKNOWN
+        && (s.getCause() instanceof java.nio.channels.ClosedChannelException
+            || "channel closed".equals(s.getDescription()));
+  }
+
+  /** call, sent again (up to 4 attempts in all) while it ends as closedUnderIt says. */
+  private <T> T retryClosed(java.util.function.Supplier<T> call) {
+    for (int attempt = 1; ; attempt++) {
+      try {
+        return call.get();
+      } catch (StatusRuntimeException e) {
+        if (!closedUnderIt(e) || attempt == 4 || (deadline != null && deadline.isExpired())) {
+          throw e;
+        }
+      }
+    }
   }
 
   /** The server's limits (GetServerInfo), asked once; zeros if the token may not ask. */
@@ -311,7 +337,8 @@ public final class GradserveClient implements AutoCloseable {
         return streamOnce(payload, chunk);
       } catch (StatusRuntimeException e) {
         Status.Code code = e.getStatus().getCode();
-        boolean retryable = code == Status.Code.UNAVAILABLE || code == Status.Code.CANCELLED;
+        boolean retryable = code == Status.Code.UNAVAILABLE || code == Status.Code.CANCELLED
+            || closedUnderIt(e);
         if (!retryable || attempt == 4 || (deadline != null && deadline.isExpired())) {
           throw e;
         }
@@ -386,12 +413,13 @@ public final class GradserveClient implements AutoCloseable {
 
   /** The server's ServerInfo: version, limits, devices, ops, counters. */
   public ServerInfo info() {
-    return blocking().getServerInfo(ServerInfoRequest.getDefaultInstance());
+    return retryClosed(() -> blocking().getServerInfo(ServerInfoRequest.getDefaultInstance()));
   }
 
   /** Echoes payload through the server. */
   public ByteString ping(ByteString payload) {
-    return blocking().ping(PingRequest.newBuilder().setPayload(payload).build()).getPayload();
+    return retryClosed(() -> blocking().ping(PingRequest.newBuilder().setPayload(payload).build()))
+        .getPayload();
   }
 
   /** The grpc.health.v1 status of service ("" for the whole server): "SERVING", ... */
