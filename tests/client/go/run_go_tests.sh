@@ -4,7 +4,7 @@
 #
 #   GRADSERVE_SERVER=build/release/server/gradserve-server tests/client/go/run_go_tests.sh WORKDIR
 #
-# Copies client/go and examples/go into WORKDIR (the source tree stays clean), generates the
+# Copies client/go, examples/go and the conformance cases (tests/conformance) into WORKDIR (the source tree stays clean), generates the
 # protobuf code there (client/go/generate.sh), writes an offline Go workspace over Debian's Go
 # sources (client/go/offline.sh) and runs `go vet` and `go test` with no module proxy.
 # Exits 77 (ctest's SKIP_RETURN_CODE), saying what to install, when Go, the generators or
@@ -32,10 +32,11 @@ fi
 
 work=$1
 rm -rf "$work/src"
-mkdir -p "$work/src/client" "$work/src/examples"
+mkdir -p "$work/src/client" "$work/src/examples" "$work/src/tests"
 work=$(cd "$work" && pwd)
 cp -R "$repo/client/go" "$work/src/client/go"
 cp -R "$repo/examples/go" "$work/src/examples/go"
+cp -R "$repo/tests/conformance" "$work/src/tests/conformance"
 rm -rf "$work/src/client/go/gradserve"
 GRADSERVE_PROTO_ROOT="$repo/proto" sh "$work/src/client/go/generate.sh" "$work/src/client/go"
 sh "$repo/client/go/offline.sh" "$work" "$work/src/client/go" "$work/src/examples/go"

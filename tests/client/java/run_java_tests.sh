@@ -24,7 +24,7 @@ for tool in javac java jar grpc_java_plugin; do
     exit 77
   fi
 done
-for jar in grpc-netty grpc-stub protobuf netty-codec-http2 perfmark-api geronimo-annotation-1.3-spec; do
+for jar in grpc-netty grpc-stub protobuf protobuf-util gson netty-codec-http2 perfmark-api geronimo-annotation-1.3-spec; do
   if [ ! -f "$java_dir/$jar.jar" ]; then
     echo "SKIP: $java_dir/$jar.jar missing; apt-get install --no-install-recommends $packages"
     exit 77
@@ -43,7 +43,10 @@ rm -rf "$work/test-classes" "$work/example"
 mkdir -p "$work/test-classes" "$work/example"
 javac -nowarn -encoding UTF-8 -cp "$classpath" -d "$work/example" "$repo/examples/java/Example.java"
 find "$repo/client/java/src/test/java" -name '*.java' > "$work/test-sources"
-javac -nowarn -encoding UTF-8 -cp "$classpath:$junit" -d "$work/test-classes" @"$work/test-sources"
-exec java "-Dgradserve.example.classpath=$work/example:$classpath" -jar "$junit" \
-  --class-path "$work/test-classes:$classpath" --select-package dev.gradserve.client \
+# The conformance test parses JSON with protobuf-util's JsonFormat, which needs gson.
+test_classpath="$classpath:$java_dir/protobuf-util.jar:$java_dir/gson.jar"
+javac -nowarn -encoding UTF-8 -cp "$test_classpath:$junit" -d "$work/test-classes" @"$work/test-sources"
+exec java "-Dgradserve.example.classpath=$work/example:$classpath" \
+  "-Dgradserve.conformance.dir=$repo/tests/conformance" -jar "$junit" \
+  --class-path "$work/test-classes:$test_classpath" --select-package dev.gradserve.client \
   --disable-banner --disable-ansi-colors --details=tree --fail-if-no-tests
