@@ -33,6 +33,7 @@ Command GradCommand();
 Command InfoCommand();
 Command HealthCommand();
 Command PingCommand();
+Command GraphCommand();
 
 // Shared by the commands that call the server (common.cc).
 // own plus the flags of the connection: --target, --timeout, --tls, --tls_ca, --tls_cert,

@@ -20,7 +20,8 @@ namespace {
 
 // Every subcommand, in the order `gradserve --help` lists them.
 std::vector<Command> AllCommands() {
-  return {GradCommand(), InfoCommand(), HealthCommand(), PingCommand(), LoadCommand()};
+  return {GradCommand(),   InfoCommand(), HealthCommand(),
+          PingCommand(),   LoadCommand(), GraphCommand()};
 }
 
 bool IsHelp(const std::string& arg) {

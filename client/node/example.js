@@ -29,106 +29,19 @@
 
 'use strict';
 
-const fs = require('fs');
-const net = require('net');
-const path = require('path');
 const util = require('util');
 const grpc = require('@grpc/grpc-js');
-const protoLoader = require('@grpc/proto-loader');
-
-const PROTO_ROOT = path.resolve(__dirname, '..', '..', 'proto');
-const TOKEN_ENV = 'GRADSERVE_TOKEN';
-
-// The GradService client constructor, from the .proto files.
-function loadService() {
-  const definition = protoLoader.loadSync('gradserve/v1/gradserve.proto', {
-    includeDirs: [PROTO_ROOT],
-    keepCase: true,
-    longs: Number, // shapes are int64; small sizes are exact as Numbers
-    enums: String,
-    defaults: true,
-    oneofs: true,
-  });
-  return grpc.loadPackageDefinition(definition).gradserve.v1.GradService;
-}
+// The library (index.js, the gradserve package): credentials, targets, service config.
+const {
+  channelCredentials, connect, decodeTensor, grpcTarget, isValidToken, resolveToken,
+  SERVICE_CONFIG,
+} = require('./index.js');
 
 // A float32 Tensor message from a flat array of numbers and a shape.
 function encodeFloat32(values, shape) {
   const data = Buffer.alloc(4 * values.length);
   values.forEach((v, i) => data.writeFloatLE(v, 4 * i));
   return { dtype: 'DTYPE_FLOAT32', shape, data };
-}
-
-// A Tensor message as { shape, values }: a flat array of numbers (float32/float64 only).
-function decodeTensor(tensor) {
-  const width = { DTYPE_FLOAT32: 4, DTYPE_FLOAT64: 8 }[tensor.dtype];
-  if (!width) throw new Error(`decodeTensor: unsupported dtype ${tensor.dtype}`);
-  const values = [];
-  for (let off = 0; off < tensor.data.length; off += width) {
-    values.push(width === 4 ? tensor.data.readFloatLE(off) : tensor.data.readDoubleLE(off));
-  }
-  return { shape: tensor.shape.map(Number), values };
-}
-
-// Whether token can be sent as a bearer token: printable ASCII, no spaces, not empty.
-function isValidToken(token) {
-  return typeof token === 'string' && /^[\x21-\x7e]+$/.test(token);
-}
-
-function readFile(file, option) {
-  try {
-    return fs.readFileSync(file);
-  } catch (err) {
-    throw new Error(`${option} ${file}: cannot be read (${err.code || err.message})`);
-  }
-}
-
-// The bearer token to send, or null: token if given ('' for none, the environment unread),
-// else the first line of token_file, else GRADSERVE_TOKEN if set.
-function resolveToken({ token, token_file } = {}) {
-  if (token != null && token_file != null) throw new Error('give token or token_file, not both');
-  let source = 'the token';
-  if (token == null && token_file != null) {
-    token = readFile(token_file, 'token_file').toString('utf8').split('\n')[0].trim();
-    source = `token_file ${token_file}: its first line`;
-  } else if (token == null) {
-    token = process.env[TOKEN_ENV] || '';
-    source = TOKEN_ENV;
-  }
-  if (token === '') return null;
-  if (!isValidToken(token)) throw new Error(`${source} must be printable ASCII without spaces`);
-  return token;
-}
-
-// grpc-js channel credentials for { tls, tls_ca, tls_cert, tls_key, token, token_file }:
-// insecure when none asks for TLS, else TLS (with the client's certificate for mutual TLS),
-// and the token as call credentials ("authorization: Bearer TOKEN") when there is one.
-function channelCredentials(options = {}) {
-  const { tls, tls_ca, tls_cert, tls_key } = options;
-  const token = resolveToken(options);
-  if (!(tls || tls_ca || tls_cert || tls_key)) {
-    if (token !== null) {
-      const hint = options.token == null && options.token_file == null
-        ? ` (it comes from ${TOKEN_ENV}; token: '' sends none)` : '';
-      throw new Error('a token is sent only over TLS: add tls_ca (or tls) for a server with ' +
-                      `--tls_cert${hint}`);
-    }
-    return grpc.credentials.createInsecure();
-  }
-  if (!tls_cert !== !tls_key) {
-    throw new Error(tls_cert ? 'tls_cert needs tls_key' : 'tls_key needs tls_cert');
-  }
-  const ssl = grpc.credentials.createSsl(
-    tls_ca ? readFile(tls_ca, 'tls_ca') : null,
-    tls_key ? readFile(tls_key, 'tls_key') : null,
-    tls_cert ? readFile(tls_cert, 'tls_cert') : null);
-  if (token === null) return ssl;
-  const bearer = grpc.credentials.createFromMetadataGenerator((_params, callback) => {
-    const metadata = new grpc.Metadata();
-    metadata.add('authorization', `Bearer ${token}`);
-    callback(null, metadata);
-  });
-  return grpc.credentials.combineChannelCredentials(ssl, bearer);
 }
 
 // The example's inputs, shared with its test.
@@ -154,73 +67,6 @@ function exampleRequest() {
     calls: [{ roots: ['loss'], inputs: ['x', 'W'] }],
     return_values: ['loss'],
   };
-}
-
-// Note [Several replicas] (client/library/channel_target.h): every channel gets this service
-// config, round_robin over the target's addresses and calls that end UNAVAILABLE (a server
-// killed) or CANCELLED by a draining server retried (up to 4 attempts, each picked anew, so on
-// another server; ComputeGradients is a pure function of its request, so a retry is safe). The same JSON as the C++ and Python clients'. grpc-js
-// retries since 1.8 (package-lock.json has 1.14).
-const SERVICE_CONFIG = {
-  loadBalancingConfig: [{ round_robin: {} }],
-  methodConfig: [{
-    name: [{ service: 'gradserve.v1.GradService' }, { service: 'grpc.health.v1.Health' }],
-    retryPolicy: {
-      maxAttempts: 4,
-      initialBackoff: '0.05s',
-      maxBackoff: '1s',
-      backoffMultiplier: 2,
-      retryableStatusCodes: ['UNAVAILABLE', 'CANCELLED'],
-    },
-  }],
-};
-
-// The family of "A.B.C.D:PORT" or "[V6]:PORT": 4, 6, or 0 for anything else.
-function addressFamily(entry) {
-  const m = /^(.*):(\d{1,5})$/.exec(entry);
-  if (!m) return 0;
-  const host = m[1];
-  if (host.startsWith('[') && host.endsWith(']')) return net.isIPv6(host.slice(1, -1)) ? 6 : 0;
-  return net.isIPv4(host) ? 4 : 0;
-}
-
-// The gRPC target for target: a comma-separated list of IP addresses as gRPC's "ipv4:" or
-// "ipv6:" list ("10.0.0.1:50051,10.0.0.2:50051" -> "ipv4:10.0.0.1:50051,10.0.0.2:50051"), a
-// single address or a gRPC target URI ("dns:///NAME:PORT") unchanged. Throws an Error naming
-// the entry for an empty target, an entry that is not IP:PORT or [IPV6]:PORT (a list of names:
-// use dns:///NAME:PORT, one name that resolves to every replica), or a list mixing IPv4 and
-// IPv6.
-function grpcTarget(target) {
-  const trimmed = target.trim();
-  if (!trimmed) throw new Error('the target is empty');
-  if (!trimmed.includes(',') || trimmed.includes('://') || /^ipv[46]:/.test(trimmed)) {
-    return trimmed;
-  }
-  const entries = trimmed.split(',').map((e) => e.trim());
-  const families = new Set();
-  for (const entry of entries) {
-    const family = addressFamily(entry);
-    if (!family) {
-      throw new Error(`target list entry '${entry}' is not IP:PORT or [IPV6]:PORT; a list ` +
-        'holds IP addresses (for a name whose addresses are the servers, use dns:///NAME:PORT)');
-    }
-    families.add(family);
-  }
-  if (families.size > 1) throw new Error(`target list '${trimmed}' mixes IPv4 and IPv6 addresses`);
-  return `ipv${[...families][0]}:${entries.join(',')}`;
-}
-
-// A GradService client for target (grpcTarget's forms) with the security options of
-// channelCredentials and SERVICE_CONFIG; throws as grpcTarget and channelCredentials do.
-// Close it with client.close().
-function connect(target, options = {}) {
-  const GradService = loadService();
-  // A connection of its own, so that clients with other credentials never share one.
-  return new GradService(grpcTarget(target), channelCredentials(options), {
-    'grpc.use_local_subchannel_pool': 1,
-    'grpc.service_config': JSON.stringify(SERVICE_CONFIG),
-    'grpc.service_config_disable_resolution': 1,
-  });
 }
 
 // Sends the example graph on client (connect's); resolves as computeGradients.

@@ -15,7 +15,20 @@ GRADSERVE_PACKAGES=(
   cmake ninja-build g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev libmimalloc-dev
-  python3-torch python3-numpy python3-grpcio python3-protobuf
+  python3-torch python3-numpy python3-grpcio python3-protobuf openssl
+  # `pip install client/python` offline (ctest python_package): Debian's pip, setuptools, venv.
+  python3-pip python3-setuptools python3-venv
+  # `gradserve graph --format=svg|png` pipes its DOT through Graphviz's dot.
+  graphviz
+  # The Go client (client/go, ctest go_client), built offline from Debian's Go sources. Name
+  # the -1-5-dev package: without it apt picks golang/protobuf 1.3 (shared/RECIPES.md).
+  golang-go golang-google-grpc-dev golang-google-protobuf-dev
+  golang-github-golang-protobuf-1-5-dev protoc-gen-go protoc-gen-go-grpc
+  # The Java client (client/java, ctest java_client), built with javac from Debian's jars;
+  # libgrpc-java's dependencies are incomplete, hence the netty, perfmark and annotation jars.
+  default-jdk-headless libgrpc-java libprotobuf-java protobuf-compiler-grpc-java-plugin junit5
+  libnetty-java libperfmark-java libgoogle-gson-java libanimal-sniffer-java
+  libgoogle-common-protos-java libgeronimo-annotation-1.3-spec-java
 )
 # What scripts/fuzz needs besides: clang 14 with its sanitizer runtimes and libFuzzer (RECIPES.md).
 GRADSERVE_FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev libfuzzer-14-dev)

@@ -1,6 +1,8 @@
 """gradserve: a Python client for the gradserve gradient service.
 
-Setup: the protobuf/gRPC stubs are generated, never committed. Generate them once with
+Installed with `pip install --no-build-isolation client/python` (README.md), the package has its
+stubs and needs no setup. From the source tree: the protobuf/gRPC stubs are generated, never
+committed. Generate them once with
 
     client/python/generate.sh OUTDIR
 
@@ -25,7 +27,9 @@ Over TLS with a token (docs/security.md), as the `gradserve` tool's flags of the
     # mutual TLS: add tls_cert="client.pem", tls_key="client-key.pem"; the token may also come
     # from token="..." or the environment variable GRADSERVE_TOKEN
 
-Modules: client (Client, GradResult, CallResult, GradserveError), graph (GraphBuilder),
+Modules: client (Client, GradResult, CallResult, GradserveError), aio (AsyncClient, the same
+calls as coroutines on grpc.aio), torch (to_graph: a torch.fx-traced module as a graph; imports
+PyTorch), graph (GraphBuilder),
 tensors (to_tensor, from_tensor), credentials (channel_credentials, read_token_file). The
 generated messages are gradserve.v1.{tensor,graph,gradserve}_pb2. Importing raises
 ImportError, naming GRADSERVE_PY_STUBS, if no stubs are found.

@@ -1,0 +1,353 @@
+package gradserve_test
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	gradserve "gradserve.dev/client/go"
+)
+
+var (
+	xs = []float64{0.5, -1.0, 2.0}
+	ws = []float64{0.1, 0.2, -0.3, 0.4, -0.5, 0.6} // [2, 3]
+)
+
+// tanhGraph: loss = sum(tanh(W x)^2), gradients with respect to x and W.
+func tanhGraph() *gradserve.Graph {
+	g := gradserve.NewGraph()
+	return g.Leaf("x", g.Must(gradserve.Float64(xs)), gradserve.RequiresGrad()).
+		Leaf("W", g.Must(gradserve.Float64(ws, 2, 3)), gradserve.RequiresGrad()).
+		Op("matmul", []string{"W", "x"}, "h").
+		Op("tanh", []string{"h"}, "t").
+		Op("mul", []string{"t", "t"}, "sq").
+		Op("sum", []string{"sq"}, "loss").
+		Backward([]string{"loss"}, gradserve.Inputs("x", "W")).
+		ReturnValues("loss")
+}
+
+// tanhGradients by hand: dloss/dh = 2 t (1 - t^2); dx = W^T dh; dW = dh x^T.
+func tanhGradients() (loss float64, dx, dw []float64) {
+	dx, dw = make([]float64, 3), make([]float64, 6)
+	for i := 0; i < 2; i++ {
+		h := 0.0
+		for j := 0; j < 3; j++ {
+			h += ws[3*i+j] * xs[j]
+		}
+		t := math.Tanh(h)
+		loss += t * t
+		dh := 2 * t * (1 - t*t)
+		for j := 0; j < 3; j++ {
+			dx[j] += ws[3*i+j] * dh
+			dw[3*i+j] = dh * xs[j]
+		}
+	}
+	return loss, dx, dw
+}
+
+func assertClose(t *testing.T, what string, got, want []float64, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: got %d values %v, want %d %v", what, len(got), got, len(want), want)
+	}
+	for i := range got {
+		if math.Abs(got[i]-want[i]) > tol*(1+math.Abs(want[i])) {
+			t.Fatalf("%s[%d] = %v, want %v (all: %v vs %v)", what, i, got[i], want[i], got, want)
+		}
+	}
+}
+
+func dial(t *testing.T, address string, opts ...gradserve.Option) *gradserve.Client {
+	t.Helper()
+	c, err := gradserve.Dial(address, append([]gradserve.Option{gradserve.WithToken("")}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func checkTanh(t *testing.T, result *gradserve.Result) {
+	t.Helper()
+	loss, dx, dw := tanhGradients()
+	gx, err := result.Calls[0].Floats("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := result.Calls[0].Floats("W")
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertClose(t, "dx", gx, dx, 1e-12)
+	assertClose(t, "dW", gw, dw, 1e-12)
+	if shape := result.Calls[0].Gradients["W"].Shape(); len(shape) != 2 || shape[0] != 2 || shape[1] != 3 {
+		t.Fatalf("dW shape %v, want [2 3]", shape)
+	}
+	l, err := result.Values["loss"].Float64s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertClose(t, "loss", l, []float64{loss}, 1e-12)
+}
+
+func TestGradientsMatchByHand(t *testing.T) {
+	server := startServer(t)
+	client := dial(t, server.address)
+	req, err := tanhGraph().Request("go-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, streamed := range []bool{false, true} {
+		result, err := client.Grad(timeout(t, 30*time.Second), req, gradserve.Streamed(streamed))
+		if err != nil {
+			t.Fatalf("streamed=%v: %v", streamed, err)
+		}
+		checkTanh(t, result)
+		if result.Response.RequestId != "go-test" || result.NumNodes == 0 {
+			t.Fatalf("request id %q, %d nodes", result.Response.RequestId, result.NumNodes)
+		}
+	}
+}
+
+func TestFloat32AndSeedsAndUnused(t *testing.T) {
+	server := startServer(t)
+	client := dial(t, server.address)
+	g := gradserve.NewGraph()
+	g.Leaf("a", g.Must(gradserve.Float32([]float32{1, 2, 3, 4}, 2, 2)), gradserve.RequiresGrad()).
+		Leaf("b", g.Must(gradserve.Float32([]float32{5}, 1)), gradserve.RequiresGrad()).
+		Op("exp", []string{"a"}, "e").
+		Op("sum", []string{"e"}, "s", gradserve.Attr("dim", []int64{1})).
+		Backward([]string{"s"}, gradserve.Seed("s", g.Must(gradserve.Float32([]float32{1, 2}))),
+			gradserve.Inputs("a", "b"), gradserve.AllowUnused())
+	req, err := g.Request("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	result, err := client.Grad(timeout(t, 30*time.Second), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ga := result.Calls[0].Gradients["a"]
+	got, err := ga.Float32s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []float64{math.Exp(1), math.Exp(2), 2 * math.Exp(3), 2 * math.Exp(4)}
+	for i := range got {
+		if math.Abs(float64(got[i])-want[i]) > 1e-5*want[i] {
+			t.Fatalf("da = %v, want %v", got, want)
+		}
+	}
+	if result.Calls[0].Gradients["b"] != nil || result.Calls[0].Connected["b"] {
+		t.Fatalf("b is unused, got %v", result.Calls[0].Gradients["b"])
+	}
+	if _, err := result.Calls[0].Floats("b"); err == nil || !strings.Contains(err.Error(), "not connected") {
+		t.Fatalf("Floats(b) = %v, want a not-connected error", err)
+	}
+}
+
+func TestLargeRequestIsStreamed(t *testing.T) {
+	// A 6 MiB leaf, over a 5 MiB message limit: Grad streams it without being asked to.
+	server := startServer(t, "--max_message_bytes=5242880", "--chunk_bytes=1048576")
+	client := dial(t, server.address)
+	n := 6 << 20 / 8
+	values := make([]float64, n)
+	for i := range values {
+		values[i] = float64(i%7) - 3
+	}
+	g := gradserve.NewGraph()
+	g.Leaf("x", g.Must(gradserve.Float64(values)), gradserve.RequiresGrad()).
+		Op("mul", []string{"x", "x"}, "y").
+		Op("sum", []string{"y"}, "loss").
+		Backward([]string{"loss"}, gradserve.Inputs("x"))
+	req, _ := g.Request("")
+	if _, err := client.Grad(timeout(t, 60*time.Second), req, gradserve.Streamed(false)); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("unary over the limit: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	result, err := client.Grad(timeout(t, 60*time.Second), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dx, err := result.Calls[0].Floats("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range dx {
+		if dx[i] != 2*values[i] {
+			t.Fatalf("dx[%d] = %v, want %v", i, dx[i], 2*values[i])
+		}
+	}
+}
+
+func TestErrorsAreStatuses(t *testing.T) {
+	server := startServer(t)
+	client := dial(t, server.address)
+
+	g := gradserve.NewGraph()
+	g.Leaf("x", g.Must(gradserve.Float64(xs)), gradserve.RequiresGrad()).
+		Op("frobnicate", []string{"x"}, "y").
+		Backward([]string{"y"}, gradserve.Inputs("x"))
+	req, _ := g.Request("")
+	_, err := client.Grad(timeout(t, 30*time.Second), req)
+	s, ok := status.FromError(err)
+	if !ok || s.Code() != codes.InvalidArgument || !strings.Contains(s.Message(), "frobnicate") {
+		t.Fatalf("unknown op: %v, want INVALID_ARGUMENT naming frobnicate", err)
+	}
+
+	g = gradserve.NewGraph()
+	g.Leaf("x", g.Must(gradserve.Float64(xs)), gradserve.RequiresGrad()).
+		Leaf("y", g.Must(gradserve.Float64(xs)), gradserve.RequiresGrad()).
+		Op("sum", []string{"x"}, "loss").
+		Backward([]string{"loss"}, gradserve.Inputs("x", "y"))
+	req, _ = g.Request("")
+	_, err = client.Grad(timeout(t, 30*time.Second), req)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "y") {
+		t.Fatalf("unused input: %v, want INVALID_ARGUMENT naming y", err)
+	}
+
+	// A deadline: a long chain with 1 ms to run.
+	g = gradserve.NewGraph()
+	g.Leaf("v0", g.Must(gradserve.Float32([]float32{0.5})), gradserve.RequiresGrad())
+	prev := "v0"
+	for i := 1; i <= 20000; i++ {
+		name := "v" + strconv.Itoa(i)
+		g.Op("tanh", []string{prev}, name)
+		prev = name
+	}
+	g.Op("sum", []string{prev}, "loss").Backward([]string{"loss"}, gradserve.Inputs("v0"))
+	req, err = g.Request("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	if _, err = client.Grad(ctx, req); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("1 ms deadline: %v, want DEADLINE_EXCEEDED", err)
+	}
+	// The server is fine afterwards.
+	if p, err := client.Ping(timeout(t, 10*time.Second), []byte("ok")); err != nil || string(p) != "ok" {
+		t.Fatalf("ping after errors: %q, %v", p, err)
+	}
+}
+
+func TestBuilderAndClientMistakes(t *testing.T) {
+	if _, err := gradserve.Float64([]float64{1, 2, 3}, 2, 2); err == nil {
+		t.Fatal("shape [2 2] with 3 values was accepted")
+	}
+	g := gradserve.NewGraph()
+	g.Leaf("x", g.Must(gradserve.Float64(xs)), gradserve.RequiresGrad()).
+		Op("neg", []string{"x"}, "x")
+	if _, err := g.Request(""); err == nil || !strings.Contains(err.Error(), `"x" is already defined`) {
+		t.Fatalf("repeated name: %v", err)
+	}
+	g = gradserve.NewGraph()
+	g.Leaf("x", g.Must(gradserve.Float64(xs))).Op("sum", []string{"x"}, "s", gradserve.Attr("dim", struct{}{}))
+	if _, err := g.Request(""); err == nil || !strings.Contains(err.Error(), `attribute "dim"`) {
+		t.Fatalf("bad attribute: %v", err)
+	}
+	if _, err := gradserve.Dial("127.0.0.1:1", gradserve.WithToken("secret-token")); err == nil ||
+		!strings.Contains(err.Error(), "needs TLS") || strings.Contains(err.Error(), "secret-token") {
+		t.Fatalf("token without TLS: %v", err)
+	}
+	if _, err := gradserve.Dial("10.0.0.1:5,gradserve:5"); err == nil || !strings.Contains(err.Error(), "dns:///") {
+		t.Fatalf("list of names: %v", err)
+	}
+	if _, err := gradserve.Dial("127.0.0.1:1", gradserve.WithClientCert("c.pem", "")); err == nil {
+		t.Fatal("half a key pair was accepted")
+	}
+	os.Setenv(gradserve.TokenEnv, "bad token")
+	defer os.Unsetenv(gradserve.TokenEnv)
+	if _, err := gradserve.Dial("127.0.0.1:1"); err == nil || !strings.Contains(err.Error(), gradserve.TokenEnv) {
+		t.Fatalf("bad GRADSERVE_TOKEN: %v", err)
+	}
+}
+
+func TestInfoPingHealth(t *testing.T) {
+	server := startServer(t)
+	client := dial(t, server.address)
+	ctx := timeout(t, 30*time.Second)
+	info, err := client.Info(ctx)
+	if err != nil || info.Version == "" || len(info.Ops) == 0 || info.Limits.MaxMessageBytes == 0 {
+		t.Fatalf("info: %v, %v", info, err)
+	}
+	if h, err := client.Health(ctx, ""); err != nil || h != "SERVING" {
+		t.Fatalf("health: %q, %v", h, err)
+	}
+}
+
+// TestAgainstPyTorch: a small MLP with a cross-entropy loss, gradients of its weights versus
+// Debian's PyTorch (/usr/bin/python3), the reference of every gradserve test.
+func TestAgainstPyTorch(t *testing.T) {
+	python := os.Getenv("GRADSERVE_PYTHON")
+	if python == "" {
+		python = "/usr/bin/python3"
+	}
+	script := `
+import json, torch
+torch.manual_seed(0)
+x = torch.randn(4, 5, dtype=torch.float64)
+w1 = torch.randn(5, 8, dtype=torch.float64, requires_grad=True)
+b1 = torch.randn(8, dtype=torch.float64, requires_grad=True)
+w2 = torch.randn(8, 3, dtype=torch.float64, requires_grad=True)
+target = torch.tensor([0, 2, 1, 2])
+h = torch.nn.functional.gelu(x @ w1 + b1)
+loss = torch.nn.functional.cross_entropy(h @ w2, target)
+grads = torch.autograd.grad(loss, [w1, b1, w2])
+print(json.dumps({"x": x.flatten().tolist(), "w1": w1.flatten().tolist(), "b1": b1.tolist(),
+  "w2": w2.flatten().tolist(), "loss": loss.item(),
+  "grads": [g.flatten().tolist() for g in grads]}))
+`
+	out, err := exec.Command(python, "-c", script).Output()
+	if err != nil {
+		t.Skipf("no PyTorch reference (%s with python3-torch): %v", python, err)
+	}
+	var ref struct {
+		X, W1, B1, W2 []float64
+		Loss          float64
+		Grads         [][]float64
+	}
+	if err := json.Unmarshal(out, &ref); err != nil {
+		t.Fatal(err)
+	}
+	server := startServer(t)
+	client := dial(t, server.address)
+	g := gradserve.NewGraph()
+	g.Leaf("x", g.Must(gradserve.Float64(ref.X, 4, 5))).
+		Leaf("w1", g.Must(gradserve.Float64(ref.W1, 5, 8)), gradserve.RequiresGrad()).
+		Leaf("b1", g.Must(gradserve.Float64(ref.B1)), gradserve.RequiresGrad()).
+		Leaf("w2", g.Must(gradserve.Float64(ref.W2, 8, 3)), gradserve.RequiresGrad()).
+		Leaf("target", g.Must(gradserve.Int64([]int64{0, 2, 1, 2}))).
+		Op("matmul", []string{"x", "w1"}, "xw").
+		Op("add", []string{"xw", "b1"}, "pre").
+		Op("gelu", []string{"pre"}, "h").
+		Op("matmul", []string{"h", "w2"}, "logits").
+		Op("cross_entropy", []string{"logits", "target"}, "loss").
+		Backward([]string{"loss"}, gradserve.Inputs("w1", "b1", "w2")).
+		ReturnValues("loss")
+	req, err := g.Request("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	result, err := client.Grad(timeout(t, 30*time.Second), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range []string{"w1", "b1", "w2"} {
+		got, err := result.Calls[0].Floats(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertClose(t, "d"+name, got, ref.Grads[i], 1e-10)
+	}
+	loss, _ := result.Values["loss"].Float64s()
+	assertClose(t, "loss", loss, []float64{ref.Loss}, 1e-12)
+}

@@ -1,0 +1,152 @@
+package dev.gradserve.client;
+
+import com.google.protobuf.ByteString;
+import dev.gradserve.v1.DType;
+import dev.gradserve.v1.Tensor;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.Arrays;
+import java.util.List;
+
+/**
+ * Tensors on the wire: a dtype, a shape and raw little-endian row-major bytes (tensor.proto).
+ *
+ * <p>Make one with {@link #float32}, {@link #float64}, {@link #int64} or {@link #bool} from an
+ * array and a shape (outermost first; none: 1-d, or a scalar for one value), read one with
+ * {@link #toFloats}, {@link #toDoubles}, {@link #toLongs} or {@link #toBooleans}. Mistakes (a
+ * shape that does not match the values, the wrong dtype) throw IllegalArgumentException. The
+ * methods are pure and thread-safe.
+ */
+public final class Tensors {
+  private Tensors() {}
+
+  static long[] shapeFor(int count, long[] shape) {
+    if (shape.length == 0 && count != 1) {
+      shape = new long[] {count};
+    }
+    long n = 1;
+    for (long s : shape) {
+      if (s < 0) {
+        throw new IllegalArgumentException("shape " + Arrays.toString(shape) + " has a negative size");
+      }
+      n = Math.multiplyExact(n, s);
+    }
+    if (n != count) {
+      throw new IllegalArgumentException(
+          "shape " + Arrays.toString(shape) + " needs " + n + " values, got " + count);
+    }
+    return shape;
+  }
+
+  private static Tensor make(DType dtype, long[] shape, ByteBuffer data) {
+    data.flip();
+    Tensor.Builder t = Tensor.newBuilder().setDtype(dtype).setData(ByteString.copyFrom(data));
+    for (long s : shape) {
+      t.addShape(s);
+    }
+    return t.build();
+  }
+
+  private static ByteBuffer buffer(int bytes) {
+    return ByteBuffer.allocate(bytes).order(ByteOrder.LITTLE_ENDIAN);
+  }
+
+  /** A float32 tensor holding a copy of values. */
+  public static Tensor float32(float[] values, long... shape) {
+    long[] s = shapeFor(values.length, shape);
+    ByteBuffer b = buffer(4 * values.length);
+    b.asFloatBuffer().put(values);
+    b.position(4 * values.length);
+    return make(DType.DTYPE_FLOAT32, s, b);
+  }
+
+  /** A float64 tensor holding a copy of values. */
+  public static Tensor float64(double[] values, long... shape) {
+    long[] s = shapeFor(values.length, shape);
+    ByteBuffer b = buffer(8 * values.length);
+    b.asDoubleBuffer().put(values);
+    b.position(8 * values.length);
+    return make(DType.DTYPE_FLOAT64, s, b);
+  }
+
+  /** An int64 tensor (indices, targets) holding a copy of values. */
+  public static Tensor int64(long[] values, long... shape) {
+    long[] s = shapeFor(values.length, shape);
+    ByteBuffer b = buffer(8 * values.length);
+    b.asLongBuffer().put(values);
+    b.position(8 * values.length);
+    return make(DType.DTYPE_INT64, s, b);
+  }
+
+  /** A bool tensor (masks) holding a copy of values. */
+  public static Tensor bool(boolean[] values, long... shape) {
+    long[] s = shapeFor(values.length, shape);
+    ByteBuffer b = buffer(values.length);
+    for (boolean v : values) {
+      b.put((byte) (v ? 1 : 0));
+    }
+    return make(DType.DTYPE_BOOL, s, b);
+  }
+
+  /** The tensor's shape as an array. */
+  public static long[] shape(Tensor t) {
+    List<Long> s = t.getShapeList();
+    return s.stream().mapToLong(Long::longValue).toArray();
+  }
+
+  private static ByteBuffer data(Tensor t, DType want, int size) {
+    if (t.getDtype() != want) {
+      throw new IllegalArgumentException("tensor is " + t.getDtype() + ", not " + want);
+    }
+    if (t.hasValues()) {
+      throw new IllegalArgumentException("tensor has hand-written values, not data");
+    }
+    ByteBuffer b = t.getData().asReadOnlyByteBuffer().order(ByteOrder.LITTLE_ENDIAN);
+    if (b.remaining() % size != 0) {
+      throw new IllegalArgumentException("tensor data is not a whole number of elements");
+    }
+    return b;
+  }
+
+  /** A float32 tensor's elements in row-major order. */
+  public static float[] toFloats(Tensor t) {
+    ByteBuffer b = data(t, DType.DTYPE_FLOAT32, 4);
+    float[] out = new float[b.remaining() / 4];
+    b.asFloatBuffer().get(out);
+    return out;
+  }
+
+  /** A float tensor's elements as doubles, whatever its float dtype. */
+  public static double[] toDoubles(Tensor t) {
+    if (t.getDtype() == DType.DTYPE_FLOAT32) {
+      float[] f = toFloats(t);
+      double[] out = new double[f.length];
+      for (int i = 0; i < f.length; i++) {
+        out[i] = f[i];
+      }
+      return out;
+    }
+    ByteBuffer b = data(t, DType.DTYPE_FLOAT64, 8);
+    double[] out = new double[b.remaining() / 8];
+    b.asDoubleBuffer().get(out);
+    return out;
+  }
+
+  /** An int64 tensor's elements. */
+  public static long[] toLongs(Tensor t) {
+    ByteBuffer b = data(t, DType.DTYPE_INT64, 8);
+    long[] out = new long[b.remaining() / 8];
+    b.asLongBuffer().get(out);
+    return out;
+  }
+
+  /** A bool tensor's elements. */
+  public static boolean[] toBooleans(Tensor t) {
+    ByteBuffer b = data(t, DType.DTYPE_BOOL, 1);
+    boolean[] out = new boolean[b.remaining()];
+    for (int i = 0; i < out.length; i++) {
+      out[i] = b.get() != 0;
+    }
+    return out;
+  }
+}

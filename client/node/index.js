@@ -1,0 +1,367 @@
+// gradserve for Node.js: a GraphBuilder, tensors from arrays, and a Client with promises, on
+// @grpc/grpc-js, loading the wire contract (proto/gradserve/v1/*.proto) at run time with
+// @grpc/proto-loader: no generated code. Types: index.d.ts.
+//
+//   const { Client, GraphBuilder, tensor } = require('gradserve');
+//   const g = new GraphBuilder()
+//     .leaf('x', tensor.float64([1, 2, 3]), { requiresGrad: true })
+//     .op('mul', ['x', 'x'], 'y')
+//     .op('sum', ['y'], 'loss')
+//     .backward(['loss'], { inputs: ['x'] });
+//   const client = new Client('127.0.0.1:50051');
+//   const result = await client.grad(g, { deadlineSeconds: 10 });
+//   result.calls[0].x.values;  // [2, 4, 6]
+//   client.close();
+//
+// Targets, security and retries as the other clients (README.md): "host:port", a list of IP
+// addresses or dns:///NAME:PORT, round_robin with UNAVAILABLE and CANCELLED retried; tls,
+// tls_ca, tls_cert, tls_key, token, token_file (default: GRADSERVE_TOKEN). A failed call
+// rejects with grpc-js's error (err.code, err.details: the server's message naming the node,
+// op and value); mistakes found before sending throw an Error naming the option or value.
+// The proto files: GRADSERVE_PROTO_DIR, else proto/ in this package (npm pack copies it
+// there), else the repository's proto/.
+
+'use strict';
+
+const fs = require('fs');
+const net = require('net');
+const path = require('path');
+const grpc = require('@grpc/grpc-js');
+const protoLoader = require('@grpc/proto-loader');
+
+const TOKEN_ENV = 'GRADSERVE_TOKEN';
+
+function protoRoot() {
+  if (process.env.GRADSERVE_PROTO_DIR) return process.env.GRADSERVE_PROTO_DIR;
+  const bundled = path.join(__dirname, 'proto');
+  if (fs.existsSync(path.join(bundled, 'gradserve', 'v1', 'gradserve.proto'))) return bundled;
+  return path.resolve(__dirname, '..', '..', 'proto');
+}
+
+// The GradService client constructor, from the .proto files.
+function loadService() {
+  const definition = protoLoader.loadSync('gradserve/v1/gradserve.proto', {
+    includeDirs: [protoRoot()],
+    keepCase: true,
+    longs: Number, // shapes are int64; small sizes are exact as Numbers
+    enums: String,
+    defaults: true,
+    oneofs: true,
+  });
+  return grpc.loadPackageDefinition(definition).gradserve.v1.GradService;
+}
+
+const WIDTH = { DTYPE_FLOAT32: 4, DTYPE_FLOAT64: 8, DTYPE_INT64: 8, DTYPE_BOOL: 1 };
+
+function shapeFor(count, shape) {
+  const s = shape === undefined ? [count] : shape;
+  const n = s.reduce((a, b) => a * b, 1);
+  if (s.some((d) => !Number.isInteger(d) || d < 0) || n !== count) {
+    throw new Error(`shape [${s.join(', ')}] does not hold ${count} values`);
+  }
+  return s;
+}
+
+function encode(dtype, values, shape, write) {
+  const s = shapeFor(values.length, shape);
+  const data = Buffer.alloc(WIDTH[dtype] * values.length);
+  values.forEach((v, i) => write(data, v, WIDTH[dtype] * i));
+  return { dtype, shape: s, data };
+}
+
+// Tensor messages from flat arrays (row-major) and a shape (default: 1-d; [] for a scalar).
+const tensor = {
+  float32: (values, shape) => encode('DTYPE_FLOAT32', values, shape, (b, v, o) => b.writeFloatLE(v, o)),
+  float64: (values, shape) => encode('DTYPE_FLOAT64', values, shape, (b, v, o) => b.writeDoubleLE(v, o)),
+  int64: (values, shape) => encode('DTYPE_INT64', values, shape, (b, v, o) => b.writeBigInt64LE(BigInt(v), o)),
+  bool: (values, shape) => encode('DTYPE_BOOL', values, shape, (b, v, o) => b.writeUInt8(v ? 1 : 0, o)),
+};
+
+// A Tensor message as { dtype, shape, values }: values a flat array of numbers (booleans for
+// bool).
+function decodeTensor(t) {
+  const width = WIDTH[t.dtype];
+  if (!width) throw new Error(`decodeTensor: unsupported dtype ${t.dtype}`);
+  const values = [];
+  for (let off = 0; off + width <= t.data.length; off += width) {
+    if (t.dtype === 'DTYPE_FLOAT32') values.push(t.data.readFloatLE(off));
+    else if (t.dtype === 'DTYPE_FLOAT64') values.push(t.data.readDoubleLE(off));
+    else if (t.dtype === 'DTYPE_INT64') values.push(Number(t.data.readBigInt64LE(off)));
+    else values.push(t.data[off] !== 0);
+  }
+  return { dtype: t.dtype.replace('DTYPE_', '').toLowerCase(), shape: t.shape.map(Number), values };
+}
+
+// An AttrValue message for a JavaScript value: boolean -> b, integer -> i, other number -> f,
+// string -> s, arrays of integers / numbers / strings -> ints / floats / strings.
+function attrValue(v) {
+  if (typeof v === 'boolean') return { b: v };
+  if (typeof v === 'number') return Number.isInteger(v) ? { i: v } : { f: v };
+  if (typeof v === 'string') return { s: v };
+  if (Array.isArray(v)) {
+    if (v.every((x) => typeof x === 'string') && v.length) return { strings: { values: v } };
+    if (v.every(Number.isInteger)) return { ints: { values: v } };
+    if (v.every((x) => typeof x === 'number')) return { floats: { values: v } };
+  }
+  if (v && typeof v === 'object' && ('f' in v || 'i' in v)) return v; // { f: 2 } forces a float
+  throw new Error(`attribute value ${JSON.stringify(v)} is not a boolean, number, string or ` +
+                  'an array of them');
+}
+
+// Builds a GradRequest in forward order; every method returns the builder. Throws an Error for
+// an empty or repeated value name or a bad attribute; the server checks the rest.
+class GraphBuilder {
+  constructor() {
+    this.graph = { leaves: [], ops: [] };
+    this.calls = [];
+    this.returnValues = [];
+    this.names = new Set();
+  }
+
+  define(name) {
+    if (!name) throw new Error('value names must not be empty');
+    if (this.names.has(name)) throw new Error(`value '${name}' is already defined in this graph`);
+    this.names.add(name);
+  }
+
+  // A leaf: value a tensor (tensor.float64(...)); requiresGrad, device.
+  leaf(name, value, { requiresGrad = false, device } = {}) {
+    this.define(name);
+    this.graph.leaves.push({ name, value: device ? { ...value, device } : value,
+                             requires_grad: requiresGrad });
+    return this;
+  }
+
+  // An op: its name, the values it reads, its output name (or an array of names), attrs.
+  op(op, inputs, out, { attrs = {}, noGrad = false } = {}) {
+    const outputs = Array.isArray(out) ? out : [out];
+    outputs.forEach((n) => this.define(n));
+    const message = { op, inputs, outputs, attrs: {}, no_grad: noGrad };
+    for (const [k, v] of Object.entries(attrs)) {
+      try {
+        message.attrs[k] = attrValue(v);
+      } catch (err) {
+        throw new Error(`op '${op}' attribute '${k}': ${err.message}`);
+      }
+    }
+    this.graph.ops.push(message);
+    return this;
+  }
+
+  // A backward call from roots: inputs, seeds ({ root: tensor }), accumulateGrad,
+  // retainGraph, createGraph, allowUnused, materializeGrads, detectAnomaly.
+  backward(roots, options = {}) {
+    const { inputs = [], seeds = {} } = options;
+    this.calls.push({
+      roots: Array.isArray(roots) ? roots : [roots], inputs, seeds,
+      accumulate_grad: !!options.accumulateGrad, retain_graph: !!options.retainGraph,
+      create_graph: !!options.createGraph, allow_unused: !!options.allowUnused,
+      materialize_grads: !!options.materializeGrads, detect_anomaly: !!options.detectAnomaly,
+    });
+    return this;
+  }
+
+  // Forward values to return.
+  returnValuesOf(...names) {
+    this.returnValues.push(...names);
+    return this;
+  }
+
+  // The GradRequest message (a plain object, as grpc-js takes it).
+  request(requestId = '') {
+    return { request_id: requestId, graph: this.graph, calls: this.calls,
+             return_values: this.returnValues };
+  }
+}
+
+// Whether token can be sent as a bearer token: printable ASCII, no spaces, not empty.
+function isValidToken(token) {
+  return typeof token === 'string' && /^[\x21-\x7e]+$/.test(token);
+}
+
+function readFile(file, option) {
+  try {
+    return fs.readFileSync(file);
+  } catch (err) {
+    throw new Error(`${option} ${file}: cannot be read (${err.code || err.message})`);
+  }
+}
+
+// The bearer token to send, or null: token if given ('' for none, the environment unread),
+// else the first line of token_file, else GRADSERVE_TOKEN if set.
+function resolveToken({ token, token_file } = {}) {
+  if (token != null && token_file != null) throw new Error('give token or token_file, not both');
+  let source = 'the token';
+  if (token == null && token_file != null) {
+    token = readFile(token_file, 'token_file').toString('utf8').split('\n')[0].trim();
+    source = `token_file ${token_file}: its first line`;
+  } else if (token == null) {
+    token = process.env[TOKEN_ENV] || '';
+    source = TOKEN_ENV;
+  }
+  if (token === '') return null;
+  if (!isValidToken(token)) throw new Error(`${source} must be printable ASCII without spaces`);
+  return token;
+}
+
+// grpc-js channel credentials for { tls, tls_ca, tls_cert, tls_key, token, token_file }:
+// insecure when none asks for TLS, else TLS (with the client's certificate for mutual TLS),
+// and the token as call credentials ("authorization: Bearer TOKEN") when there is one.
+function channelCredentials(options = {}) {
+  const { tls, tls_ca, tls_cert, tls_key } = options;
+  const token = resolveToken(options);
+  if (!(tls || tls_ca || tls_cert || tls_key)) {
+    if (token !== null) {
+      const hint = options.token == null && options.token_file == null
+        ? ` (it comes from ${TOKEN_ENV}; token: '' sends none)` : '';
+      throw new Error('a token is sent only over TLS: add tls_ca (or tls) for a server with ' +
+                      `--tls_cert${hint}`);
+    }
+    return grpc.credentials.createInsecure();
+  }
+  if (!tls_cert !== !tls_key) {
+    throw new Error(tls_cert ? 'tls_cert needs tls_key' : 'tls_key needs tls_cert');
+  }
+  const ssl = grpc.credentials.createSsl(
+    tls_ca ? readFile(tls_ca, 'tls_ca') : null,
+    tls_key ? readFile(tls_key, 'tls_key') : null,
+    tls_cert ? readFile(tls_cert, 'tls_cert') : null);
+  if (token === null) return ssl;
+  const bearer = grpc.credentials.createFromMetadataGenerator((_params, callback) => {
+    const metadata = new grpc.Metadata();
+    metadata.add('authorization', `Bearer ${token}`);
+    callback(null, metadata);
+  });
+  return grpc.credentials.combineChannelCredentials(ssl, bearer);
+}
+
+// Note [Several replicas] (client/library/channel_target.h): every channel gets this service
+// config, round_robin over the target's addresses and calls that end UNAVAILABLE (a server
+// killed) or CANCELLED by a draining server retried (up to 4 attempts, each picked anew, so on
+// another server; ComputeGradients is a pure function of its request, so a retry is safe). The
+// same JSON as the C++ and Python clients'. grpc-js retries since 1.8 (package-lock.json has
+// 1.14).
+const SERVICE_CONFIG = {
+  loadBalancingConfig: [{ round_robin: {} }],
+  methodConfig: [{
+    name: [{ service: 'gradserve.v1.GradService' }, { service: 'grpc.health.v1.Health' }],
+    retryPolicy: {
+      maxAttempts: 4,
+      initialBackoff: '0.05s',
+      maxBackoff: '1s',
+      backoffMultiplier: 2,
+      retryableStatusCodes: ['UNAVAILABLE', 'CANCELLED'],
+    },
+  }],
+};
+
+// The family of "A.B.C.D:PORT" or "[V6]:PORT": 4, 6, or 0 for anything else.
+function addressFamily(entry) {
+  const m = /^(.*):(\d{1,5})$/.exec(entry);
+  if (!m) return 0;
+  const host = m[1];
+  if (host.startsWith('[') && host.endsWith(']')) return net.isIPv6(host.slice(1, -1)) ? 6 : 0;
+  return net.isIPv4(host) ? 4 : 0;
+}
+
+// The gRPC target for target: a comma-separated list of IP addresses as gRPC's "ipv4:" or
+// "ipv6:" list ("10.0.0.1:50051,10.0.0.2:50051" -> "ipv4:10.0.0.1:50051,10.0.0.2:50051"), a
+// single address or a gRPC target URI ("dns:///NAME:PORT") unchanged. Throws an Error naming
+// the entry for an empty target, an entry that is not IP:PORT or [IPV6]:PORT (a list of names:
+// use dns:///NAME:PORT, one name that resolves to every replica), or a list mixing IPv4 and
+// IPv6.
+function grpcTarget(target) {
+  const trimmed = target.trim();
+  if (!trimmed) throw new Error('the target is empty');
+  if (!trimmed.includes(',') || trimmed.includes('://') || /^ipv[46]:/.test(trimmed)) {
+    return trimmed;
+  }
+  const entries = trimmed.split(',').map((e) => e.trim());
+  const families = new Set();
+  for (const entry of entries) {
+    const family = addressFamily(entry);
+    if (!family) {
+      throw new Error(`target list entry '${entry}' is not IP:PORT or [IPV6]:PORT; a list ` +
+        'holds IP addresses (for a name whose addresses are the servers, use dns:///NAME:PORT)');
+    }
+    families.add(family);
+  }
+  if (families.size > 1) throw new Error(`target list '${trimmed}' mixes IPv4 and IPv6 addresses`);
+  return `ipv${[...families][0]}:${entries.join(',')}`;
+}
+
+// A GradService stub for target (grpcTarget's forms) with the security options of
+// channelCredentials and SERVICE_CONFIG; throws as grpcTarget and channelCredentials do.
+// Close it with stub.close().
+function connect(target, options = {}) {
+  const GradService = loadService();
+  // A connection of its own, so that clients with other credentials never share one.
+  return new GradService(grpcTarget(target), channelCredentials(options), {
+    'grpc.use_local_subchannel_pool': 1,
+    'grpc.service_config': JSON.stringify(SERVICE_CONFIG),
+    'grpc.service_config_disable_resolution': 1,
+    'grpc.max_receive_message_length': -1,
+    'grpc.max_send_message_length': -1,
+  });
+}
+
+// A GradResponse as plain values: calls (one { input: {dtype, shape, values} or null } per
+// backward call), values ({ name: tensor }), numNodes, response (the message).
+function decodeResponse(response) {
+  const calls = response.calls.map((c) => {
+    const out = {};
+    for (const g of c.gradients) out[g.name] = g.value ? decodeTensor(g.value) : null;
+    return out;
+  });
+  const values = {};
+  for (const v of response.values) values[v.name] = decodeTensor(v.value);
+  return { calls, values, numNodes: Number(response.num_nodes), response };
+}
+
+// A connection to one gradserve server or several; see the file's comment.
+class Client {
+  constructor(target, options = {}) {
+    this.stub = connect(target, options);
+  }
+
+  // Sends a GraphBuilder or a GradRequest object; resolves to decodeResponse's value.
+  // deadlineSeconds: the call's deadline (default none).
+  grad(request, { deadlineSeconds } = {}) {
+    const message = request instanceof GraphBuilder ? request.request() : request;
+    const options = deadlineSeconds ? { deadline: new Date(Date.now() + deadlineSeconds * 1000) } : {};
+    return new Promise((resolve, reject) => {
+      this.stub.ComputeGradients(message, options, (err, response) => {
+        if (err) return reject(err);
+        try {
+          return resolve(decodeResponse(response));
+        } catch (e) {
+          return reject(e);
+        }
+      });
+    });
+  }
+
+  // Resolves to the server's ServerInfo message.
+  info({ deadlineSeconds } = {}) {
+    const options = deadlineSeconds ? { deadline: new Date(Date.now() + deadlineSeconds * 1000) } : {};
+    return new Promise((resolve, reject) => {
+      this.stub.GetServerInfo({}, options, (err, info) => (err ? reject(err) : resolve(info)));
+    });
+  }
+
+  // Resolves to the echoed payload (a Buffer).
+  ping(payload = Buffer.alloc(0)) {
+    return new Promise((resolve, reject) => {
+      this.stub.Ping({ payload }, (err, r) => (err ? reject(err) : resolve(r.payload)));
+    });
+  }
+
+  close() {
+    this.stub.close();
+  }
+}
+
+module.exports = {
+  Client, GraphBuilder, tensor, decodeTensor, attrValue, channelCredentials, connect,
+  grpcTarget, isValidToken, resolveToken, SERVICE_CONFIG, status: grpc.status,
+};

@@ -1,0 +1,156 @@
+"""The asyncio client: Client's calls as coroutines, on grpc.aio.
+
+    import asyncio
+    from gradserve.aio import AsyncClient
+
+    async def main():
+        async with AsyncClient("127.0.0.1:50051", timeout=10) as client:
+            result = await client.grad(builder)
+            print(result.calls[0]["x"])
+
+    asyncio.run(main())
+
+The constructor takes Client's arguments (target lists and dns:///, the tls and token options,
+timeout, channel_options) with the same meaning and the same errors; grad, info, ping and health
+are coroutines returning what Client's return, and raise GradserveError. Use it from one event
+loop; it may run many calls at once (asyncio.gather).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional, Sequence
+
+import grpc
+import grpc.aio
+
+from gradserve import _stubs, chunks
+from gradserve.client import (_CHUNK_OVERHEAD, _DEFAULT_MESSAGE_LIMIT, GradResult, GradserveError,
+                              _as_request)
+from gradserve.credentials import channel_credentials, resolve_token
+from gradserve.targets import CHANNEL_OPTIONS, grpc_target
+from gradserve.v1 import gradserve_pb2, gradserve_pb2_grpc
+
+
+class AsyncClient:
+    """A grpc.aio connection to a gradserve server, or to several; see gradserve.Client."""
+
+    def __init__(self, target: str, *, timeout: Optional[float] = None,
+                 credentials: Optional[grpc.ChannelCredentials] = None,
+                 channel_options: Sequence[tuple] = (), tls: bool = False,
+                 tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
+                 tls_key: Optional[str] = None, token: Optional[str] = None,
+                 token_file: Optional[str] = None) -> None:
+        if credentials is None:
+            credentials = channel_credentials(tls=tls, tls_ca=tls_ca, tls_cert=tls_cert,
+                                              tls_key=tls_key, token=token, token_file=token_file)
+        else:
+            if tls or tls_ca or tls_cert or tls_key:
+                raise ValueError("give credentials or the tls options, not both")
+            bearer = resolve_token(token, token_file)
+            if bearer is not None:
+                credentials = grpc.composite_channel_credentials(
+                    credentials, grpc.access_token_call_credentials(bearer))
+        target = grpc_target(target)
+        own = {key for key, _ in channel_options}
+        options = ([("grpc.max_receive_message_length", -1),
+                    ("grpc.max_send_message_length", -1)] +
+                   [o for o in CHANNEL_OPTIONS if o[0] not in own] + list(channel_options))
+        if credentials is None:
+            self._channel = grpc.aio.insecure_channel(target, options=options)
+        else:
+            self._channel = grpc.aio.secure_channel(target, credentials, options=options)
+        self._stub = gradserve_pb2_grpc.GradServiceStub(self._channel)
+        self._stream = self._channel.stream_stream(
+            "/gradserve.v1.GradService/ComputeGradientsStream")
+        self._timeout = timeout
+        self._limits: Optional[gradserve_pb2.Limits] = None
+        self._health_pb2 = _stubs.load_health_module(_stubs.find_stubs_dir())
+        self._health_check = self._channel.unary_unary(
+            "/grpc.health.v1.Health/Check",
+            request_serializer=self._health_pb2.HealthCheckRequest.SerializeToString,
+            response_deserializer=self._health_pb2.HealthCheckResponse.FromString)
+
+    async def close(self) -> None:
+        """Closes the channel; calls in flight are cancelled."""
+        await self._channel.close()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    def _deadline(self, timeout: Optional[float]) -> Optional[float]:
+        return self._timeout if timeout is None else timeout
+
+    async def _call(self, method: str, awaitable: Any) -> Any:
+        try:
+            return await awaitable
+        except grpc.aio.AioRpcError as e:
+            raise GradserveError(e.code(), e.details() or "", method) from None
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Waits until the channel connects; GradserveError(UNAVAILABLE) after timeout."""
+        import asyncio
+        try:
+            await asyncio.wait_for(self._channel.channel_ready(), timeout)
+        except asyncio.TimeoutError:
+            raise GradserveError(grpc.StatusCode.UNAVAILABLE,
+                                 f"not connected after {timeout} s", "wait_ready") from None
+
+    async def grad(self, request: Any, calls: Optional[Iterable] = None, *,
+                   return_values: Sequence[str] = (), request_id: Optional[str] = None,
+                   timeout: Optional[float] = None, stream: Optional[bool] = None) -> GradResult:
+        """As Client.grad: a GraphBuilder, GradRequest or Graph in, a GradResult out."""
+        message = _as_request(request, calls, return_values, request_id)
+        payload = message.SerializeToString()
+        if stream is None:
+            stream = (len(payload) > _DEFAULT_MESSAGE_LIMIT and
+                      len(payload) > (await self._server_limits(timeout)).max_message_bytes)
+        if not stream:
+            response = await self._call("ComputeGradients", self._stub.ComputeGradients(
+                message, timeout=self._deadline(timeout)))
+            return GradResult(response)
+        limits = await self._server_limits(timeout)
+        size = max(1, min(limits.chunk_bytes or _DEFAULT_MESSAGE_LIMIT,
+                          (limits.max_message_bytes or _DEFAULT_MESSAGE_LIMIT) - _CHUNK_OVERHEAD))
+
+        async def run() -> bytes:
+            call = self._stream(iter(chunks.chunk_messages(payload, size)),
+                                timeout=self._deadline(timeout))
+            try:
+                return chunks.join_data([m async for m in call])
+            except ValueError as e:
+                raise GradserveError(grpc.StatusCode.INTERNAL,
+                                     f"the server's streamed response is malformed: {e}",
+                                     "ComputeGradientsStream") from None
+
+        data = await self._call("ComputeGradientsStream", run())
+        return GradResult(gradserve_pb2.GradResponse.FromString(data))
+
+    async def _server_limits(self, timeout: Optional[float]) -> gradserve_pb2.Limits:
+        if self._limits is None:
+            try:
+                self._limits = (await self.info(timeout)).limits
+            except GradserveError as e:
+                if e.code != grpc.StatusCode.PERMISSION_DENIED:
+                    raise
+                self._limits = gradserve_pb2.Limits()
+        return self._limits
+
+    async def info(self, timeout: Optional[float] = None) -> gradserve_pb2.ServerInfo:
+        """The server's ServerInfo message."""
+        return await self._call("GetServerInfo", self._stub.GetServerInfo(
+            gradserve_pb2.ServerInfoRequest(), timeout=self._deadline(timeout)))
+
+    async def ping(self, payload: bytes = b"", timeout: Optional[float] = None) -> bytes:
+        """Echoes payload through the server."""
+        response = await self._call("Ping", self._stub.Ping(
+            gradserve_pb2.PingRequest(payload=payload), timeout=self._deadline(timeout)))
+        return response.payload
+
+    async def health(self, service: str = "", timeout: Optional[float] = None) -> str:
+        """The grpc.health.v1 status name of service ("" for the whole server)."""
+        response = await self._call("Health/Check", self._health_check(
+            self._health_pb2.HealthCheckRequest(service=service), timeout=self._deadline(timeout)))
+        return self._health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
