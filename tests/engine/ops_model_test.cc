@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/autograd/autograd.h"
+#include "engine/device/device_registry.h"
 #include "engine/ops/activations.h"
 #include "engine/ops/attention.h"
 #include "engine/ops/comparison.h"
@@ -514,6 +515,73 @@ TEST(AttentionTest, ValuesAndGradients) {
         scaled_dot_product_attention(q, F64({1, 2, 3}, {1, 3}), v);
       },
       {"scaled_dot_product_attention", "[1, 3]"});
+}
+
+// Every new op on sim:0 (host memory behind a device's interface) gives the CPU's values and
+// gradients: the masks and indices the ops make on the host reach the input's device.
+TEST(ModelOpsDeviceTest, SimulatedDeviceMatchesCpu) {
+  (void)RegisterSimulatedDevices(2);
+  const Device sim{DeviceType::kSimulated, 0};
+  struct Case {
+    const char* what;
+    TensorFn fn;
+    S shape;
+  };
+  const Case cases[] = {
+      {"maximum",
+       [](const TensorList& x) { return TensorList{maximum(x[0], mul(x[0], -1.0))}; },
+       {2, 3}},
+      {"masked_fill",
+       [](const TensorList& x) {
+         return TensorList{masked_fill(x[0], CompareMask("t", Comparison::kLess, x[0], 0.0), 2.0)};
+       },
+       {2, 3}},
+      {"tril", [](const TensorList& x) { return TensorList{tril(x[0], 0)}; }, {3, 3}},
+      {"logsumexp", [](const TensorList& x) { return TensorList{logsumexp(x[0], {1})}; }, {2, 3}},
+      {"std", [](const TensorList& x) { return TensorList{std_dev(x[0], {0})}; }, {3, 2}},
+      {"max", [](const TensorList& x) { return TensorList{max(x[0], 1).first}; }, {2, 4}},
+      {"flip roll",
+       [](const TensorList& x) { return TensorList{roll(flip(x[0], {0}), {1}, {1})}; },
+       {2, 3}},
+      {"slice", [](const TensorList& x) { return TensorList{slice(x[0], 1, 0, 5, 2)}; }, {2, 5}},
+      {"cumsum", [](const TensorList& x) { return TensorList{cumsum(x[0], 1)}; }, {2, 3}},
+      {"max_pool2d",
+       [](const TensorList& x) { return TensorList{max_pool2d(x[0], Window(2, 1, 1))}; },
+       {1, 3, 3}},
+      {"avg_pool2d",
+       [](const TensorList& x) { return TensorList{avg_pool2d(x[0], Window(2, 1, 1))}; },
+       {1, 3, 3}},
+      {"adaptive_avg_pool2d",
+       [](const TensorList& x) {
+         return TensorList{adaptive_avg_pool2d(x[0], {2, 2})};
+       },
+       {1, 3, 3}},
+      {"group_norm",
+       [](const TensorList& x) { return TensorList{group_norm(x[0], 1)}; },
+       {2, 2, 3}},
+      {"dropout",
+       [](const TensorList& x) { return TensorList{dropout(x[0], 0.5, true, 3).first}; },
+       {4, 4}},
+      {"sdpa causal",
+       [](const TensorList& x) {
+         return TensorList{scaled_dot_product_attention(x[0], x[0], x[0], Tensor(), 0, true)};
+       },
+       {3, 2}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const Tensor cpu = Leaf(c.shape, 90);
+    Tensor dev = cpu.detach().To(sim);
+    dev.set_requires_grad(true);
+    const Tensor a = c.fn({cpu})[0];
+    const Tensor b = c.fn({dev})[0];
+    ASSERT_EQ(b.device(), sim);
+    ExpectNear(b.To(kCPU), Values(a), 1e-12);
+    absl::StatusOr<TensorList> ga = autograd::Grad({sum(a)}, {}, {cpu}, {});
+    absl::StatusOr<TensorList> gb = autograd::Grad({sum(b)}, {}, {dev}, {});
+    ASSERT_TRUE(ga.ok() && gb.ok()) << ga.status() << gb.status();
+    ExpectNear((*gb)[0].To(kCPU), Values((*ga)[0]), 1e-12);
+  }
 }
 
 TEST(ModelOpsRegistryTest, EveryOpIsRegistered) {
