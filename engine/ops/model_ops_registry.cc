@@ -257,7 +257,8 @@ std::vector<AttrSpec> Pool2dAttrs() {
           {"padding", AttrType::kInts, false,
            "implicit padding (-inf for max, zeros for avg), one or two ints at most half the "
            "kernel; default 0"},
-          {"ceil_mode", AttrType::kBool, false, "only false (the default) is supported"}};
+          {"ceil_mode", AttrType::kBool, false,
+           "round the output size up (max_pool2d only); default false"}};
 }
 
 void RegisterLayers(OpRegistry& registry) {

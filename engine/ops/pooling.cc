@@ -30,7 +30,6 @@ Tensor Unbatched(const Tensor& input, const Tensor& out) {
 
 // The output sizes (OH, OW) of a pooling window over x [N, C, H, W], checked.
 std::array<int64_t, 2> PooledSize(const char* op, const Tensor& x, const Pool2dOptions& o) {
-  GS_CHECK_ARG(!o.ceil_mode, op, ": ceil_mode = true is not supported");
   std::array<int64_t, 2> out{};
   for (int i = 0; i < 2; ++i) {
     GS_CHECK_ARG(
@@ -47,7 +46,10 @@ std::array<int64_t, 2> PooledSize(const char* op, const Tensor& x, const Pool2dO
     GS_CHECK_ARG(room >= 0, op, ": the window (", span, " with dilation) is larger than the ",
                  i == 0 ? "height" : "width", " ", size, " plus padding of input with shape ",
                  ShapeToString(x.shape()));
-    out[i] = room / o.stride[i] + 1;
+    out[i] = (o.ceil_mode ? (room + o.stride[i] - 1) / o.stride[i] : room / o.stride[i]) + 1;
+    // PyTorch's rule: with ceil_mode the last window must start inside the input or its
+    // leading padding.
+    if (o.ceil_mode && (out[i] - 1) * o.stride[i] >= size + o.padding[i]) --out[i];
   }
   return out;
 }
@@ -125,6 +127,8 @@ Tensor max_pool2d(const Tensor& input, const Pool2dOptions& options) {
 
 Tensor avg_pool2d(const Tensor& input, const Pool2dOptions& options) {
   const Tensor x = Batched("avg_pool2d", input);
+  // A convolution, whose windows never pass the padding as ceil_mode's last one may.
+  GS_CHECK_ARG(!options.ceil_mode, "avg_pool2d: ceil_mode = true is not supported");
   Pool2dOptions o = options;
   o.dilation = {1, 1};
   PooledSize("avg_pool2d", x, o);

@@ -10,7 +10,8 @@
 //
 // Dtypes: float32 and float64. Errors: StatusError(INVALID_ARGUMENT) naming the op, the
 // attribute, its value and the input's shape (bad rank, padding over half the kernel, an
-// output of no element). ceil_mode is refused (INVALID_ARGUMENT), not implemented.
+// output of no element). ceil_mode is max_pool2d's only; avg_pool2d refuses it
+// (INVALID_ARGUMENT).
 // Thread safety: stateless; concurrent calls are safe.
 
 #ifndef GRADSERVE_ENGINE_OPS_POOLING_H_
@@ -30,7 +31,7 @@ struct Pool2dOptions {
   std::array<int64_t, 2> stride = {1, 1};  // PyTorch's default is kernel_size
   std::array<int64_t, 2> padding = {0, 0};
   std::array<int64_t, 2> dilation = {1, 1};  // max_pool2d only
-  bool ceil_mode = false;                    // refused when true
+  bool ceil_mode = false;                    // max_pool2d only
   bool count_include_pad = true;             // avg_pool2d only
   std::optional<int64_t> divisor_override;   // avg_pool2d only
 };

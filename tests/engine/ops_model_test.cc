@@ -383,6 +383,11 @@ TEST(PoolingTest, Values) {
   // Bins of 3 in 2: rows [0, 2) and [1, 3).
   ExpectNear(adaptive_avg_pool2d(x, {2, 1}), {3.5, 6.5});
   EXPECT_EQ(ShapeOf(max_pool2d(Leaf({2, 3, 5, 4}, 50), Window(3, 2, 1))), (S{2, 3, 3, 2}));
+  // ceil_mode: the last window overhangs the input; PyTorch gives [[5, 6], [8, 9]].
+  Pool2dOptions ceil = Window(2, 2, 0);
+  ceil.ceil_mode = true;
+  ExpectNear(max_pool2d(x, ceil), {5, 6, 8, 9});
+  EXPECT_EQ(ShapeOf(max_pool2d(Leaf({1, 5, 5}, 51), ceil)), (S{1, 3, 3}));
 }
 
 TEST(PoolingTest, Gradients) {

@@ -161,6 +161,10 @@ class ModelOpsTest(ServerTestCase):
                    double=False)
         self.check("max_pool2d", [x[0]], {"kernel_size": [3, 2], "stride": [1],
                                           "dilation": [1, 2]}, double=False)
+        self.check("max_pool2d", [x], {"kernel_size": [2], "stride": [2], "ceil_mode": True},
+                   double=False)
+        self.check("max_pool2d", [x], {"kernel_size": [3], "stride": [2], "padding": [1],
+                                       "ceil_mode": True}, double=False)
         self.check("avg_pool2d", [x], {"kernel_size": [3], "stride": [2], "padding": [1]},
                    double=False)
         self.check("avg_pool2d", [x], {"kernel_size": [2], "padding": [1],
