@@ -13,8 +13,11 @@ Tensor silu(const Tensor& input) {
 
 Tensor leaky_relu(const Tensor& input, double negative_slope) {
   RequireFloating("leaky_relu", "input", input);
-  const Tensor positive = CompareMask("leaky_relu", Comparison::kGreater, input, 0.0);
-  return where(positive, input, mul(input, negative_slope));
+  // input * (1 where input > 0, else negative_slope), the factor made from sign(relu(input)):
+  // so the gradient g * factor stays connected to the input (with derivative zero), as
+  // PyTorch's LeakyReluBackward0 result is, and a double backward gives zeros, not an error.
+  const Tensor factor = add(mul(sign(relu(input)), 1 - negative_slope), negative_slope);
+  return mul(input, factor);
 }
 
 Tensor elu(const Tensor& input, double alpha) {

@@ -2,8 +2,8 @@
 // leaky_relu and elu, with PyTorch's names, arguments and gradients.
 //
 // Each is written with differentiable ops (elementwise.h, comparison.h), so its gradient is
-// PyTorch's formula and can be differentiated again (create_graph); the branch a where does
-// not take never reaches exp with a large argument, so no inf times 0 makes a NaN gradient.
+// PyTorch's formula and can be differentiated again (create_graph); the branch of elu's where
+// not taken never reaches exp with a large argument, so no inf times 0 makes a NaN gradient.
 // Dtypes: float32 and float64, as PyTorch's kernels. Errors: StatusError(INVALID_ARGUMENT)
 // naming the op and the input's dtype.
 // Thread safety: stateless; concurrent calls are safe.
