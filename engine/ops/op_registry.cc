@@ -14,6 +14,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterLinalgOps(*r);
     RegisterShapeOps(*r);
     RegisterNNOps(*r);
+    RegisterModelOps(*r);
     RegisterDeviceCopyOps(*r);
     r->Seal();
     return r;

@@ -72,6 +72,8 @@ void RegisterReductionOps(OpRegistry& registry);
 void RegisterLinalgOps(OpRegistry& registry);
 void RegisterShapeOps(OpRegistry& registry);
 void RegisterNNOps(OpRegistry& registry);
+// The ops real models need beside those (model_ops_registry.cc).
+void RegisterModelOps(OpRegistry& registry);
 
 }  // namespace gradserve::ops
 

@@ -13,6 +13,8 @@ absolutely. Thresholds: TOLERANCE by dtype.
 Threading: a DualGraph belongs to one thread.
 """
 
+import math
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -70,6 +72,80 @@ def _conv2d(x, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1)
     return F.conv2d(x, weight, bias, tuple(stride), padding, tuple(dilation), groups)
 
 
+def _dims(x, dim):
+    """A reduction's dim attribute as PyTorch takes it: None or [] means every dim."""
+    return tuple(dim) if dim else tuple(range(x.dim()))
+
+
+def _masked_fill(x, mask, value_tensor=None, value=None):
+    return x.masked_fill(mask, value if value_tensor is None else value_tensor)
+
+
+def _var_or_std(fn):
+    def run(x, dim=None, correction=None, unbiased=None, keepdim=False):
+        if correction is None:
+            correction = 1 if unbiased is None else int(unbiased)
+        return fn(x, dim=_dims(x, dim), correction=correction, keepdim=keepdim)
+    return run
+
+
+def _batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None,
+                training=False, momentum=0.1, eps=1e-5):
+    """F.batch_norm on copies of the running statistics, returning (output, running_mean,
+    running_var) as gradserve's op does: the updated copies, or without running statistics
+    the batch's mean and unbiased variance."""
+    mean = None if running_mean is None else running_mean.detach().clone()
+    var = None if running_var is None else running_var.detach().clone()
+    out = F.batch_norm(x, mean, var, weight, bias, training, momentum, eps)
+    if mean is None:
+        dims = [0] + list(range(2, x.dim()))
+        mean = x.detach().mean(dims)
+        var = x.detach().var(dims, unbiased=True)
+    return out, mean, var
+
+
+def _mt19937_64(seed):
+    """std::mt19937_64 seeded with seed, as an endless generator of 64-bit outputs."""
+    n, m, mask = 312, 156, (1 << 64) - 1
+    state = [seed & mask]
+    for i in range(1, n):
+        state.append((6364136223846793005 * (state[-1] ^ (state[-1] >> 62)) + i) & mask)
+    while True:
+        for i in range(n):
+            y = (state[i] & 0xFFFFFFFF80000000) | (state[(i + 1) % n] & 0x7FFFFFFF)
+            v = state[(i + m) % n] ^ (y >> 1) ^ (0xB5026F5AA96619E9 if y & 1 else 0)
+            state[i] = v
+            v ^= (v >> 29) & 0x5555555555555555
+            v ^= (v << 17) & 0x71D67FFFEDA60000
+            v ^= (v << 37) & 0xFFF7EEE000000000
+            v ^= v >> 43
+            yield v
+
+
+def _dropout(x, p=0.5, training=True, seed=0):
+    """gradserve's seeded dropout (engine/ops/dropout.h): element i is kept when the i-th
+    draw of std::mt19937_64(seed), divided by 2^64, is at least p; then x * mask / (1 - p)."""
+    if not training or p == 0:
+        return x, torch.ones(x.shape, dtype=torch.bool)
+    draws = _mt19937_64(seed)
+    mask = torch.tensor([next(draws) / 2.0**64 >= p for _ in range(x.numel())],
+                        dtype=torch.bool).reshape(x.shape)
+    return x * (mask.to(x.dtype) * (0.0 if p == 1 else 1.0 / (1.0 - p))), mask
+
+
+def _sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """PyTorch 2's math path of scaled_dot_product_attention (1.13 has none)."""
+    scores = q @ k.transpose(-2, -1) * (1 / math.sqrt(q.size(-1)) if scale is None else scale)
+    if is_causal:
+        keep = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    elif attn_mask is not None and attn_mask.dtype == torch.bool:
+        scores = scores.masked_fill(~attn_mask, float("-inf"))
+    elif attn_mask is not None:
+        scores = scores + attn_mask
+    return torch.softmax(scores, -1) @ v
+
+
 def _embedding(weight, indices, padding_idx=None):
     # gradserve follows aten's torch.embedding(weight, indices) argument order.
     return F.embedding(indices, weight, padding_idx=padding_idx)
@@ -118,6 +194,44 @@ TORCH_OPS = {
     "detach": torch.Tensor.detach,
     "sign": torch.sign,
     "to": lambda x, dtype=None, device=None: x.to(getattr(torch, dtype)) if dtype else x,
+    # The ops real models need (issue 28); max and min return (values, indices).
+    "erf": torch.erf, "silu": F.silu,
+    "leaky_relu": lambda x, negative_slope=0.01: F.leaky_relu(x, negative_slope),
+    "elu": lambda x, alpha=1.0: F.elu(x, alpha),
+    "maximum": torch.maximum, "minimum": torch.minimum,
+    "masked_fill": _masked_fill,
+    "tril": lambda x, diagonal=0: torch.tril(x, diagonal),
+    "triu": lambda x, diagonal=0: torch.triu(x, diagonal),
+    "logsumexp": lambda x, dim, keepdim=False: torch.logsumexp(x, _dims(x, dim), keepdim),
+    "var": _var_or_std(torch.var), "std": _var_or_std(torch.std),
+    "amin": _reduce(torch.amin),
+    "max": lambda x, dim, keepdim=False: tuple(torch.max(x, dim, keepdim)),
+    "min": lambda x, dim, keepdim=False: tuple(torch.min(x, dim, keepdim)),
+    "linear": lambda x, weight, bias=None: F.linear(x, weight, bias),
+    "bmm": torch.bmm,
+    "baddbmm": lambda x, batch1, batch2, beta=1.0, alpha=1.0: torch.baddbmm(
+        x, batch1, batch2, beta=beta, alpha=alpha),
+    "flip": lambda x, dims: torch.flip(x, list(dims)),
+    "roll": lambda x, shifts, dims=None: torch.roll(x, list(shifts), list(dims) if dims else None),
+    "slice": lambda x, dim=0, start=None, end=None, step=1: x[
+        (slice(None),) * (dim % x.dim()) + (slice(start, end, step),)],
+    "scatter_add": lambda x, index, src, dim: torch.scatter_add(x, dim, index, src),
+    "index_add": lambda x, index, source, dim, alpha=1.0: torch.index_add(
+        x, dim, index, source, alpha=alpha),
+    "cumsum": lambda x, dim: torch.cumsum(x, dim),
+    "max_pool2d": lambda x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False:
+    F.max_pool2d(x, kernel_size, stride or kernel_size, padding, dilation, ceil_mode),
+    "avg_pool2d": lambda x, kernel_size, stride=None, padding=0, ceil_mode=False,
+    count_include_pad=True, divisor_override=None: F.avg_pool2d(
+        x, kernel_size, stride or kernel_size, padding, ceil_mode, count_include_pad,
+        divisor_override),
+    "adaptive_avg_pool2d": lambda x, output_size: F.adaptive_avg_pool2d(
+        x, output_size[0] if len(output_size) == 1 else tuple(output_size)),
+    "batch_norm": _batch_norm,
+    "group_norm": lambda x, weight=None, bias=None, num_groups=1, eps=1e-5: F.group_norm(
+        x, num_groups, weight, bias, eps),
+    "dropout": _dropout,
+    "scaled_dot_product_attention": _sdpa,
 }
 
 

@@ -56,7 +56,8 @@ def run_graph(graph, env):
             run_graph(op.body, body_env)
             outputs = [body_env[name] for name in op.body.outputs]
         elif op.op in TORCH_OPS:
-            outputs = [TORCH_OPS[op.op](*inputs, **attrs)]
+            outputs = TORCH_OPS[op.op](*inputs, **attrs)
+            outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
         else:
             raise NotImplementedError(f"the reference does not run op '{op.op}'")
         env.update(zip(op.outputs, outputs))
