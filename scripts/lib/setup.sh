@@ -14,7 +14,8 @@ GRADSERVE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 GRADSERVE_PACKAGES=(
   cmake ninja-build g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev libmimalloc-dev
+  libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev libmimalloc-dev libcpp-httplib-dev
+  prometheus
   python3-torch python3-numpy python3-grpcio python3-protobuf
 )
 # What scripts/fuzz needs besides: clang 14 with its sanitizer runtimes and libFuzzer (RECIPES.md).
