@@ -264,6 +264,17 @@ class PrometheusProcess {
     return value;
   }
 
+  // Whether Prometheus takes promql: a query it can parse and run (whatever it returns).
+  bool Runs(const std::string& promql) const {
+    httplib::Client http("127.0.0.1", port_);
+    http.set_connection_timeout(2);
+    http.set_read_timeout(5);
+    httplib::Result result =
+        http.Get("/api/v1/query", httplib::Params{{"query", promql}}, httplib::Headers{});
+    return result && result->status == 200 &&
+           absl::StrContains(result->body, "\"status\":\"success\"");
+  }
+
   // Polls promql until it equals want, or timeout passes; the last value seen.
   std::optional<double> WaitFor(const std::string& promql, double want,
                                 absl::Duration timeout) const {
@@ -320,6 +331,29 @@ TEST(PrometheusTest, ScrapesTheServerAndCountsKnownTraffic) {
   EXPECT_EQ(prometheus.Query("gradserve_in_flight"), 0);
   EXPECT_EQ(prometheus.Query("count(gradserve_build_info)"), 1);
 
+  // The Grafana dashboard's queries run, and name only metrics the server has.
+  std::ifstream in(GRADSERVE_GRAFANA_DASHBOARD);
+  const std::string dashboard((std::istreambuf_iterator<char>(in)), {});
+  const std::string metrics = Get(s.server().metrics_port(), "/metrics").second;
+  static const std::regex kExpr(R"re("expr": "((?:[^"\\]|\\.)*)")re");
+  static const std::regex kName(R"re(gradserve_[a-z_]+)re");
+  int queries = 0;
+  for (auto it = std::sregex_iterator(dashboard.begin(), dashboard.end(), kExpr);
+       it != std::sregex_iterator(); ++it) {
+    std::string expr = (*it)[1].str();
+    expr = std::regex_replace(expr, std::regex(R"re(\\")re"), "\"");  // JSON's \"
+    expr = std::regex_replace(expr, std::regex(R"re(\$__rate_interval)re"), "1m");
+    expr = std::regex_replace(expr, std::regex(R"re(\$(job|instance|tenant))re"), ".*");
+    EXPECT_TRUE(prometheus.Runs(expr)) << expr;
+    for (auto name = std::sregex_iterator(expr.begin(), expr.end(), kName);
+         name != std::sregex_iterator(); ++name) {
+      const std::string family =
+          std::regex_replace(name->str(), std::regex("_(bucket|sum|count)$"), "");
+      EXPECT_TRUE(absl::StrContains(metrics, "# TYPE " + family + " ")) << family;
+    }
+    ++queries;
+  }
+  EXPECT_GE(queries, 10);
 }
 
 }  // namespace
