@@ -178,6 +178,9 @@ ABSL_FLAG(std::string, admin_listen, "",
           "host:port of a plaintext admin address serving health, reflection and "
           "GetServerInfo (which then leaves the serving port unless tokens allow it there). "
           "Keep it on loopback or the pod's network. Empty: none.");
+ABSL_FLAG(std::string, log_format, "text",
+          "text: log lines as '<time> gradserve-server: <message> key=value ...'; json: one "
+          "JSON object per line, with the request log's fields as members.");
 ABSL_FLAG(std::string, metrics_listen, "",
           "host:port of a plaintext HTTP address serving Prometheus metrics at GET /metrics, "
           "part of the admin surface: keep it on loopback or the pod's network. Port 0 picks a "
@@ -341,6 +344,12 @@ const char* SignalName(int signal_number) {
 }
 
 int Main(char** argv) {
+  LogFormat log_format;  // Note [JSON log lines]: before the first line
+  if (absl::Status s = ParseLogFormat(absl::GetFlag(FLAGS_log_format), &log_format); !s.ok()) {
+    std::fprintf(stderr, "gradserve-server: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  SetLogFormat(log_format);
   // Note [Sizing the server's threads], Note [OpenBLAS's threads]: first, since a
   // re-execution must come before any thread of the server's own starts.
   if (absl::GetFlag(FLAGS_blas_threads) < 0) {

@@ -59,10 +59,11 @@ void CancelWork(autograd::CancellationToken& token) {
   }
 }
 
-// " tenant=NAME" for a request log line, or nothing without a token file. The name is the
-// operator's (Note [The token file]); the token is never logged.
-std::string TenantField(const Tenant* tenant) {
-  return tenant == nullptr ? "" : absl::StrCat(" tenant=", tenant->name());
+// A request log line's tenant (the operator's name, Note [The token file]; the token is never
+// logged) and trace id (Note [Trace ids]), when there are.
+void AddCallFields(const Tenant* tenant, absl::string_view trace, LogRecord* record) {
+  if (tenant != nullptr) record->Word("tenant", tenant->name());
+  if (!trace.empty()) record->Client("trace", trace);
 }
 
 // Finishes a call before its handler returns, with gRPC's default reactor, as Ping does.
@@ -124,17 +125,20 @@ class GradService::StreamGradReactor final
       : service_(service),
         context_(context),
         cancel_(MakeToken(context)),
-        received_at_(absl::Now()) {
+        received_at_(absl::Now()),
+        trace_(TraceIdOf(*context)) {
+    EchoTraceId(trace_, context);  // Note [Trace ids]
     absl::StatusOr<Tenant*> tenant = service->TenantOf(context);
     if (!tenant.ok()) {
-      service->Reject("", kStream, nullptr, tenant.status(),
+      service->Reject("", trace_.value, kStream, nullptr, tenant.status(),
                       metrics::RejectReason::kUnauthenticated);
       Finish(ToGrpcStatus(tenant.status()));
       return;
     }
     tenant_ = *tenant;
     if (absl::Status begun = service->uploads_.Begin(this); !begun.ok()) {
-      service->Reject("", kStream, tenant_, begun, metrics::RejectReason::kUploadsFull);
+      service->Reject("", trace_.value, kStream, tenant_, begun,
+                      metrics::RejectReason::kUploadsFull);
       Finish(ToGrpcStatus(begun));
       return;
     }
@@ -216,7 +220,8 @@ class GradService::StreamGradReactor final
         absl::StrCat("the streamed request made no progress for ",
                      absl::FormatDuration(service_->uploads_.idle_timeout()),
                      " (--upload_idle_timeout); the call was ended"));
-    service_->Reject("", kStream, tenant_, status, metrics::RejectReason::kUploadIdle);
+    service_->Reject("", trace_.value, kStream, tenant_, status,
+                     metrics::RejectReason::kUploadIdle);
     // Legal with a read outstanding: it then completes with ok false (and is ignored).
     Finish(ToGrpcStatus(status));
     return true;
@@ -251,6 +256,7 @@ class GradService::StreamGradReactor final
     }
     Job job;
     job.rpc = kStream;
+    job.trace = trace_.value;
     job.tenant = tenant_;
     job.received = received_at_;
     job.request = &request_;
@@ -281,14 +287,14 @@ class GradService::StreamGradReactor final
   void FailUpload(const absl::Status& status, metrics::RejectReason reason) {
     service_->uploads_.End(this);
     received_.Clear();
-    service_->Reject(request_.request_id(), kStream, tenant_, status, reason);
+    service_->Reject(request_.request_id(), trace_.value, kStream, tenant_, status, reason);
     Finish(ToGrpcStatus(status));
   }
 
   // Ends an admitted call that did not reach a worker.
   void FailEarly(const absl::Status& status) {
-    service_->Release(request_.request_id(), kStream, tenant_, status, received_at_, 0,
-                      received_.size(), 0);
+    service_->Release(request_.request_id(), trace_.value, kStream, tenant_, status, received_at_,
+                      0, received_.size(), 0);
     received_.Clear();
     Finish(ToGrpcStatus(status));
   }
@@ -311,6 +317,7 @@ class GradService::StreamGradReactor final
   grpc::CallbackServerContext* const context_;
   const std::shared_ptr<autograd::CancellationToken> cancel_;
   const absl::Time received_at_;
+  const TraceId trace_;
   Tenant* tenant_ = nullptr;  // set by the constructor; null without a token file
   // Guards what the reaper reads (Note [Uploads apart from work]).
   Mutex mutex_;
@@ -365,9 +372,11 @@ grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerCont
                                                         const grpc::ByteBuffer* request,
                                                         grpc::ByteBuffer* response) {
   const absl::Time received = absl::Now();
+  TraceId trace = TraceIdOf(*context);
+  EchoTraceId(trace, context);  // Note [Trace ids]
   absl::StatusOr<Tenant*> tenant = TenantOf(context);
   if (!tenant.ok()) {
-    Reject(UnaryMessages::PeekRequestId(*request), kUnary, nullptr, tenant.status(),
+    Reject(UnaryMessages::PeekRequestId(*request), trace.value, kUnary, nullptr, tenant.status(),
            metrics::RejectReason::kUnauthenticated);
     return FinishNow(context, ToGrpcStatus(tenant.status()));
   }
@@ -375,7 +384,7 @@ grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerCont
   // the parse's time and memory on it; its log line has the request id read from the bytes.
   metrics::RejectReason reason;
   if (absl::Status admitted = Admit(*tenant, &reason); !admitted.ok()) {
-    Reject(UnaryMessages::PeekRequestId(*request), kUnary, *tenant, admitted, reason);
+    Reject(UnaryMessages::PeekRequestId(*request), trace.value, kUnary, *tenant, admitted, reason);
     return FinishNow(context, ToGrpcStatus(admitted));
   }
   // The parsed request holds about as many bytes as the serialized one (Note [Request flow]).
@@ -383,18 +392,19 @@ grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerCont
   if (absl::Status s = request_memory.Grow(static_cast<int64_t>(request->Length())); !s.ok()) {
     const absl::Status refused = absl::ResourceExhaustedError(
         absl::StrCat("the server cannot hold this request now: ", s.message()));
-    Release(UnaryMessages::PeekRequestId(*request), kUnary, *tenant, refused, received, 0,
-            static_cast<int64_t>(request->Length()), 0);
+    Release(UnaryMessages::PeekRequestId(*request), trace.value, kUnary, *tenant, refused, received,
+            0, static_cast<int64_t>(request->Length()), 0);
     return FinishNow(context, ToGrpcStatus(refused));
   }
   UnaryMessages::Ptr messages = UnaryMessages::Take();
   if (const absl::Status parsed = messages->ParseRequest(*request); !parsed.ok()) {
-    Release(UnaryMessages::PeekRequestId(*request), kUnary, *tenant, parsed, received, 0,
-            messages->request_bytes(), 0);
+    Release(UnaryMessages::PeekRequestId(*request), trace.value, kUnary, *tenant, parsed, received,
+            0, messages->request_bytes(), 0);
     return FinishNow(context, ToGrpcStatus(parsed));
   }
   Job job;
   job.rpc = kUnary;
+  job.trace = std::move(trace.value);
   job.tenant = *tenant;
   job.received = received;
   job.request = &messages->request();
@@ -523,14 +533,15 @@ absl::Status GradService::Run(const Job& job, RequestRunner& runner) {
     status = runner.ReserveResponse(bytes_out, BudgetOf(job.tenant));
     if (!status.ok()) bytes_out = 0;
   }
-  Release(job.request->request_id(), job.rpc, job.tenant, status, job.received,
+  Release(job.request->request_id(), job.trace, job.rpc, job.tenant, status, job.received,
           job.response->num_nodes(), job.request_bytes, bytes_out, &job.response->timings());
   return status;
 }
 
-void GradService::Release(const std::string& request_id, metrics::Rpc rpc, Tenant* tenant,
-                          const absl::Status& status, absl::Time received, int64_t nodes,
-                          int64_t bytes_in, int64_t bytes_out, const v1::Timings* timings) {
+void GradService::Release(const std::string& request_id, absl::string_view trace, metrics::Rpc rpc,
+                          Tenant* tenant, const absl::Status& status, absl::Time received,
+                          int64_t nodes, int64_t bytes_in, int64_t bytes_out,
+                          const v1::Timings* timings) {
   (status.ok() ? requests_ok_ : requests_failed_).fetch_add(1, std::memory_order_relaxed);
   bytes_received_.fetch_add(bytes_in, std::memory_order_relaxed);
   bytes_sent_.fetch_add(bytes_out, std::memory_order_relaxed);
@@ -551,17 +562,20 @@ void GradService::Release(const std::string& request_id, metrics::Rpc rpc, Tenan
   if (Logs(status)) {
     auto line = [&] {
       // The client's strings in it are quoted, its message escaped (Note [Quoting client
-      // strings]).
+      // strings]); in JSON, escaped (Note [JSON log lines]).
       const grpc::Status grpc_status = ToGrpcStatus(status);
-      std::string line = absl::StrCat(
-          "request id=", LogField(request_id), " rpc=", LogName(rpc), " status=",
-          absl::StatusCodeToString(static_cast<absl::StatusCode>(grpc_status.error_code())),
-          " duration_ms=", us / 1000, ".", absl::Dec(us % 1000, absl::kZeroPad3), " nodes=", nodes,
-          " bytes_in=", bytes_in, " bytes_out=", bytes_out, TenantField(tenant));
-      if (!status.ok()) {
-        absl::StrAppend(&line, " error=", grpc_status.error_message().substr(0, 200));
-      }
-      return line;
+      LogRecord record("request");
+      record.Client("id", request_id)
+          .Word("rpc", LogName(rpc))
+          .Word("status",
+                absl::StatusCodeToString(static_cast<absl::StatusCode>(grpc_status.error_code())))
+          .Millis("duration_ms", us)
+          .Number("nodes", nodes)
+          .Number("bytes_in", bytes_in)
+          .Number("bytes_out", bytes_out);
+      AddCallFields(tenant, trace, &record);
+      if (!status.ok()) record.Message("error", grpc_status.error_message().substr(0, 200));
+      return record.Line();
     };
     // Note [Refusals logged at a bounded rate]
     if (status.ok()) {
@@ -574,16 +588,22 @@ void GradService::Release(const std::string& request_id, metrics::Rpc rpc, Tenan
   EndInFlight();
 }
 
-void GradService::Reject(const std::string& request_id, metrics::Rpc rpc, const Tenant* tenant,
-                         const absl::Status& status, metrics::RejectReason reason) {
+void GradService::Reject(const std::string& request_id, absl::string_view trace, metrics::Rpc rpc,
+                         const Tenant* tenant, const absl::Status& status,
+                         metrics::RejectReason reason) {
   requests_rejected_.fetch_add(1, std::memory_order_relaxed);
   metrics_.Rejected(rpc, TenantSlot(tenant), reason);
   if (!Logs(status)) return;
   refusal_log_.Log([&] {  // Note [Refusals logged at a bounded rate]
-    return absl::StrCat("request id=", LogField(request_id), " rpc=", LogName(rpc),
-                        " status=", absl::StatusCodeToString(status.code()),
-                        " duration_ms=0 nodes=0", TenantField(tenant),
-                        " error=", ClientMessage(status.message(), 200));
+    LogRecord record("request");
+    record.Client("id", request_id)
+        .Word("rpc", LogName(rpc))
+        .Word("status", absl::StatusCodeToString(status.code()))
+        .Number("duration_ms", 0)
+        .Number("nodes", 0);
+    AddCallFields(tenant, trace, &record);
+    record.Message("error", ClientMessage(status.message(), 200));
+    return record.Line();
   });
 }
 

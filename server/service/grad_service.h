@@ -49,6 +49,7 @@
 #include "server/security/tenants.h"
 #include "server/security/token_auth.h"
 #include "server/service/server_options.h"
+#include "server/service/trace_id.h"
 #include "server/wire/chunked_request.h"
 #include "server/wire/unary_messages.h"
 
@@ -108,6 +109,7 @@ class GradService final
   // One admitted grad request on its way through the worker pool.
   struct Job {
     metrics::Rpc rpc = metrics::Rpc::kComputeGradients;
+    std::string trace;         // the call's trace id (Note [Trace ids]), or empty
     Tenant* tenant = nullptr;  // null without a token file
     absl::Time received;
     const v1::GradRequest* request = nullptr;  // the call's UnaryMessages, or the reactor's
@@ -146,12 +148,13 @@ class GradService final
   absl::Status Run(const Job& job, RequestRunner& runner);
   // Ends an admitted call's accounting: counters, metrics, the log line (through refusal_log_
   // for a failure), admission released. timings: the engine's, if the call reached it.
-  void Release(const std::string& request_id, metrics::Rpc rpc, Tenant* tenant,
-               const absl::Status& status, absl::Time received, int64_t nodes, int64_t bytes_in,
-               int64_t bytes_out, const v1::Timings* timings = nullptr);
+  // trace: the call's trace id (Note [Trace ids]), or empty.
+  void Release(const std::string& request_id, absl::string_view trace, metrics::Rpc rpc,
+               Tenant* tenant, const absl::Status& status, absl::Time received, int64_t nodes,
+               int64_t bytes_in, int64_t bytes_out, const v1::Timings* timings = nullptr);
   // Counts and logs a call refused at admission (through refusal_log_).
-  void Reject(const std::string& request_id, metrics::Rpc rpc, const Tenant* tenant,
-              const absl::Status& status, metrics::RejectReason reason);
+  void Reject(const std::string& request_id, absl::string_view trace, metrics::Rpc rpc,
+              const Tenant* tenant, const absl::Status& status, metrics::RejectReason reason);
 
   // Lowers in_flight_ by one, waking WaitUntilIdle when it reaches 0.
   void EndInFlight();
