@@ -28,6 +28,10 @@ ABSL_FLAG(std::string, tls_cert, "",
           "PEM file of this client's certificate chain, for a server that requires client "
           "certificates (mutual TLS); with --tls_key.");
 ABSL_FLAG(std::string, tls_key, "", "PEM file of --tls_cert's private key.");
+ABSL_FLAG(std::string, trace_id, "",
+          "A trace id for the call: a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>) is sent as "
+          "'traceparent', anything else as 'x-request-id'; the server logs it and echoes it "
+          "back. Empty: none.");
 ABSL_FLAG(std::string, token_file, "",
           "File whose first line is this client's bearer token, sent as 'authorization: "
           "Bearer TOKEN' (TLS only). Empty: the environment variable GRADSERVE_TOKEN, if set.");
@@ -36,7 +40,7 @@ namespace gradserve::cli {
 
 std::vector<std::string> ConnectionFlags(std::vector<std::string> own) {
   for (const char* flag :
-       {"target", "timeout", "tls", "tls_ca", "tls_cert", "tls_key", "token_file"}) {
+       {"target", "timeout", "tls", "tls_ca", "tls_cert", "tls_key", "token_file", "trace_id"}) {
     own.push_back(flag);
   }
   return own;
@@ -83,6 +87,7 @@ std::unique_ptr<client::Client> ConnectFromFlags(const std::string& command,
 client::CallOptions CallOptionsFromFlags() {
   client::CallOptions options;
   options.timeout = absl::GetFlag(FLAGS_timeout);
+  options.trace_id = absl::GetFlag(FLAGS_trace_id);
   return options;
 }
 

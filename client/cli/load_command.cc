@@ -59,6 +59,9 @@ ABSL_FLAG(std::string, transport, "auto",
 ABSL_FLAG(std::string, format, "summary",
           "load: the report on stdout: summary, json or csv. graph: svg (the default there), "
           "png or dot.");
+ABSL_FLAG(std::string, trace_prefix, "",
+          "Send each call with 'x-request-id: PREFIX-N' (N: the call's number), which the "
+          "server writes in its log line and echoes back. Empty: none.");
 ABSL_FLAG(std::string, html, "",
           "Also write a self-contained HTML report (histogram, latency over time) here.");
 ABSL_FLAG(bool, quiet, false, "No live progress line on stderr.");
@@ -107,6 +110,7 @@ int RunLoadCommand(const std::vector<std::string>& args) {
   options.warmup = absl::GetFlag(FLAGS_warmup);
   options.call_timeout = absl::GetFlag(FLAGS_timeout);
   options.max_duration = absl::GetFlag(FLAGS_max_duration);
+  options.trace_prefix = absl::GetFlag(FLAGS_trace_prefix);
   absl::StatusOr<client::ClientOptions> client_options = ClientOptionsFromFlags();
   if (!client_options.ok()) return UsageError(std::string(client_options.status().message()));
   options.credentials = client_options->credentials;
@@ -173,7 +177,7 @@ Command LoadCommand() {
           "cut short (the report is printed either way), 2 for bad arguments."),
       ConnectionFlags({"scenario", "request_file", "payload_bytes", "concurrency", "balance",
                        "connections", "rate", "requests", "duration", "warmup", "max_duration",
-                       "transport", "format", "html", "quiet"}),
+                       "transport", "format", "html", "quiet", "trace_prefix"}),
       RunLoadCommand};
 }
 

@@ -13,6 +13,7 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "proto/chunking.h"
+#include "proto/trace_context.h"
 
 namespace gradserve::client {
 namespace {
@@ -67,6 +68,18 @@ HostTensor Pack(v1::DType dtype, const std::vector<T>& values, std::vector<int64
 void SetUp(grpc::ClientContext& context, const CallOptions& options) {
   if (options.timeout != absl::InfiniteDuration()) {
     context.set_deadline(absl::ToChronoTime(absl::Now() + options.timeout));
+  }
+  if (!options.trace_id.empty())
+    context.AddMetadata(trace_context::KeyFor(options.trace_id), options.trace_id);
+}
+
+// Hands the call's trailing metadata to the caller, if it asked (CallOptions).
+void TakeTrailers(const grpc::ClientContext& context, const CallOptions& options) {
+  if (options.trailing_metadata == nullptr) return;
+  options.trailing_metadata->clear();
+  for (const auto& [key, value] : context.GetServerTrailingMetadata()) {
+    options.trailing_metadata->emplace(std::string(key.data(), key.size()),
+                                       std::string(value.data(), value.size()));
   }
 }
 
@@ -423,6 +436,7 @@ absl::StatusOr<v1::GradResponse> Client::Unary(const v1::GradRequest& request,
                            &CallCanceller::Unbind);
   v1::GradResponse response;
   grpc::Status status = stub_->ComputeGradients(&context, request, &response);
+  TakeTrailers(context, options);
   if (!status.ok()) return FromGrpcStatus(status);
   return response;
 }
@@ -463,6 +477,7 @@ absl::StatusOr<v1::GradResponse> Client::Streamed(const v1::GradRequest& request
     received.push_back(std::move(*chunk.mutable_data()));
   }
   grpc::Status status = stream->Finish();
+  TakeTrailers(context, options);
   if (!status.ok()) return FromGrpcStatus(status);
   v1::GradResponse response;
   if (!chunking::ParseFromChunks(received, &response)) {

@@ -143,6 +143,13 @@ struct CallOptions {
   enum class Transport { kAuto, kUnary, kStream };
   // kAuto streams requests too large for one message (the server's max_message_bytes).
   Transport transport = Transport::kAuto;
+  // The call's trace id, which the server writes in its log line and echoes back (Note [Trace
+  // ids] in server/service/trace_id.h): a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>) is
+  // sent as `traceparent`, anything else as `x-request-id` (printable ASCII, at most 128
+  // bytes, or the server ignores it). Empty: none.
+  std::string trace_id;
+  // If not null, receives the call's trailing metadata (the echoed trace id among it).
+  std::multimap<std::string, std::string>* trailing_metadata = nullptr;
 };
 
 struct ClientOptions {

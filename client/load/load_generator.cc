@@ -11,9 +11,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "client/load/load_calls.h"
+#include "proto/trace_context.h"
 
 namespace gradserve::load {
 namespace {
@@ -101,6 +103,10 @@ void LoadRun::Issue(int64_t ticket, int64_t intended_ns) {
   auto* context = new grpc::ClientContext;
   context->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::nanoseconds(absl::ToInt64Nanoseconds(options_.call_timeout)));
+  if (!options_.trace_prefix.empty()) {
+    context->AddMetadata(trace_context::kRequestIdKey,
+                         absl::StrCat(options_.trace_prefix, "-", ticket));
+  }
   {
     absl::MutexLock lock(&mutex_);
     ++in_flight_;

@@ -3,11 +3,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/library/channel_target.h"
+#include "proto/trace_context.h"
 
 namespace gradserve::load {
 
 absl::Status ValidateLoadOptions(const LoadOptions& o) {
   if (o.targets.empty()) return absl::InvalidArgumentError("no target given");
+  if (!o.trace_prefix.empty() &&
+      (o.trace_prefix.size() > 100 || !trace_context::IsRequestId(o.trace_prefix))) {
+    return absl::InvalidArgumentError(
+        "--trace_prefix must be at most 100 printable ASCII bytes without spaces");
+  }
   for (const std::string& target : o.targets) {
     const size_t colon = target.rfind(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == target.size()) {

@@ -64,6 +64,10 @@ struct LoadOptions {
   // What every connection is made with (client/library/channel_credentials.h: TLS, mutual TLS,
   // a token); null: plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // Non-empty: each call sends `x-request-id: PREFIX-N` (N: the call's number, warm-up
+  // included), which the server logs and echoes (Note [Trace ids] in
+  // server/service/trace_id.h). Printable ASCII without spaces, at most 100 bytes.
+  std::string trace_prefix;
 };
 
 // INVALID_ARGUMENT naming the first option that is missing or out of range.

@@ -14,7 +14,9 @@ GRADSERVE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 GRADSERVE_PACKAGES=(
   cmake ninja-build g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev libmimalloc-dev
+  libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev libmimalloc-dev libcpp-httplib-dev
+  # PrometheusTest (tests/server/service/metrics_test.cc) scrapes a real server with Prometheus.
+  prometheus
   python3-torch python3-numpy python3-grpcio python3-protobuf openssl
   # `pip install client/python` offline (ctest python_package): Debian's pip, setuptools, venv.
   python3-pip python3-setuptools python3-venv

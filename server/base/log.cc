@@ -1,6 +1,7 @@
 #include "server/base/log.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <utility>
@@ -37,14 +38,121 @@ void AppendTime(absl::Time now, std::string* out) {
                   cached.zone);
 }
 
+std::atomic<LogFormat> log_format{LogFormat::kText};
+
+// Appends s as a JSON string, quotes included: every byte outside printable ASCII as \u00XX
+// (Note [JSON log lines]).
+void AppendJsonString(absl::string_view s, std::string* out) {
+  out->push_back('"');
+  for (char c : s) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(c);
+    } else if (u < 0x20 || u > 0x7e) {
+      absl::StrAppend(out, "\\u00", absl::Hex(u, absl::kZeroPad2));
+    } else {
+      out->push_back(c);
+    }
+  }
+  out->push_back('"');
+}
+
+// {"time":"...","source":"gradserve-server","msg": and msg's string.
+void AppendJsonHead(absl::string_view msg, std::string* out) {
+  out->append("{\"time\":\"");
+  AppendTime(absl::Now(), out);
+  out->append("\",\"source\":\"gradserve-server\",\"msg\":");
+  AppendJsonString(msg, out);
+}
+
 }  // namespace
+
+void SetLogFormat(LogFormat format) { log_format.store(format, std::memory_order_relaxed); }
+
+LogFormat GetLogFormat() { return log_format.load(std::memory_order_relaxed); }
+
+absl::Status ParseLogFormat(absl::string_view text, LogFormat* format) {
+  if (text == "text") {
+    *format = LogFormat::kText;
+  } else if (text == "json") {
+    *format = LogFormat::kJson;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--log_format must be text or json, got ", Quote(text)));
+  }
+  return absl::OkStatus();
+}
+
+LogRecord& LogRecord::Word(absl::string_view key, absl::string_view value) {
+  fields_.push_back({std::string(key), std::string(value), Kind::kWord});
+  return *this;
+}
+
+LogRecord& LogRecord::Client(absl::string_view key, absl::string_view value) {
+  fields_.push_back({std::string(key),
+                     GetLogFormat() == LogFormat::kText
+                         ? LogField(value)
+                         : std::string(value.substr(0, std::min(value.size(), kQuotedBytes))),
+                     Kind::kClient});
+  return *this;
+}
+
+LogRecord& LogRecord::Message(absl::string_view key, absl::string_view value) {
+  fields_.push_back({std::string(key), std::string(value), Kind::kClient});
+  if (GetLogFormat() == LogFormat::kText) fields_.back().kind = Kind::kWord;
+  return *this;
+}
+
+LogRecord& LogRecord::Number(absl::string_view key, int64_t value) {
+  fields_.push_back({std::string(key), absl::StrCat(value), Kind::kNumber});
+  return *this;
+}
+
+LogRecord& LogRecord::Millis(absl::string_view key, int64_t us) {
+  fields_.push_back({std::string(key),
+                     absl::StrCat(us / 1000, ".", absl::Dec(us % 1000, absl::kZeroPad3)),
+                     Kind::kNumber});
+  return *this;
+}
+
+std::string LogRecord::Line() const {
+  std::string line;
+  if (GetLogFormat() == LogFormat::kText) {
+    line = message_;
+    for (const Field& f : fields_) absl::StrAppend(&line, " ", f.key, "=", f.value);
+    return line;
+  }
+  AppendJsonHead(message_, &line);
+  for (const Field& f : fields_) {
+    line.push_back(',');
+    AppendJsonString(f.key, &line);
+    line.push_back(':');
+    if (f.kind == Kind::kNumber) {
+      line.append(f.value);
+    } else {
+      AppendJsonString(f.value, &line);
+    }
+  }
+  line.push_back('}');
+  return line;
+}
 
 void LogLine(absl::string_view line) {
   std::string text;
-  text.reserve(48 + line.size());
-  AppendTime(absl::Now(), &text);
-  text.append(" gradserve-server: ");
-  AppendEscaped(line, "", &text);  // one line, whatever it quotes
+  text.reserve(64 + line.size());
+  if (GetLogFormat() == LogFormat::kJson) {
+    if (!line.empty() && line.front() == '{') {
+      text.append(line.data(), line.size());  // a LogRecord's object (Note [JSON log lines])
+    } else {
+      AppendJsonHead(line, &text);
+      text.push_back('}');
+    }
+  } else {
+    AppendTime(absl::Now(), &text);
+    text.append(" gradserve-server: ");
+    AppendEscaped(line, "", &text);  // one line, whatever it quotes
+  }
   text.push_back('\n');
   std::fwrite(text.data(), 1, text.size(), stderr);
 }

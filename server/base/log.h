@@ -13,21 +13,72 @@
 // Lines of requests that succeeded (--log_requests=all) are the operator's choice and are not
 // limited.
 
+// Note [JSON log lines]
+// --log_format=json makes every line one JSON object, for a log collector to parse without a
+// pattern: the server's own sentences as {"time":"...","source":"gradserve-server","msg":"..."}
+// and a request's line (a LogRecord) with its fields as members, numbers as numbers:
+// {"time":"...","source":"gradserve-server","msg":"request","id":"r-1","rpc":"unary",
+// "status":"OK","duration_ms":0.151,...}. Strings are JSON-escaped, and every byte outside
+// printable ASCII is written \u00XX, so a line is valid JSON and one line whatever a client
+// sent; client strings are bounded as in text. LogLine writes a line that begins with '{' as
+// it is: only LogRecord makes such lines, the server's sentences never begin so.
+
 #ifndef GRADSERVE_SERVER_BASE_LOG_H_
 #define GRADSERVE_SERVER_BASE_LOG_H_
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/util/mutex.h"
 
 namespace gradserve::server {
+
+// The format of every log line: text (the default) or JSON (Note [JSON log lines]).
+enum class LogFormat { kText, kJson };
+// Sets the process's log format; call it at start, before any line is written.
+void SetLogFormat(LogFormat format);
+LogFormat GetLogFormat();
+// "text" or "json" (--log_format); INVALID_ARGUMENT for anything else.
+absl::Status ParseLogFormat(absl::string_view text, LogFormat* format);
+
+// One line of named fields: "message key=value ..." in text, an object in JSON (Note [JSON log
+// lines]). Fields are written in the order they were added.
+class LogRecord {
+ public:
+  explicit LogRecord(absl::string_view message) : message_(message) {}
+
+  // The server's own word, written as it is in text (rpc=unary).
+  LogRecord& Word(absl::string_view key, absl::string_view value);
+  // A client's string: quoted and bounded in text (Note [Quoting client strings]), bounded and
+  // escaped in JSON.
+  LogRecord& Client(absl::string_view key, absl::string_view value);
+  // A message already made safe for one line (ClientMessage), written as it is in text.
+  LogRecord& Message(absl::string_view key, absl::string_view value);
+  LogRecord& Number(absl::string_view key, int64_t value);
+  // Microseconds as milliseconds with three decimals (duration_ms=1.234).
+  LogRecord& Millis(absl::string_view key, int64_t us);
+
+  // The line in the process's format, for LogLine or a RateLimitedLog.
+  std::string Line() const;
+
+ private:
+  enum class Kind { kWord, kClient, kNumber };
+  struct Field {
+    std::string key;
+    std::string value;
+    Kind kind;
+  };
+  std::string message_;
+  std::vector<Field> fields_;
+};
 
 // Writes "<RFC 3339 time> gradserve-server: <line>\n" to stderr in one write, so lines from
 // different threads never interleave. Bytes of line outside printable ASCII (a newline, say)

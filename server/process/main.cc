@@ -178,6 +178,13 @@ ABSL_FLAG(std::string, admin_listen, "",
           "host:port of a plaintext admin address serving health, reflection and "
           "GetServerInfo (which then leaves the serving port unless tokens allow it there). "
           "Keep it on loopback or the pod's network. Empty: none.");
+ABSL_FLAG(std::string, log_format, "text",
+          "text: log lines as '<time> gradserve-server: <message> key=value ...'; json: one "
+          "JSON object per line, with the request log's fields as members.");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "host:port of a plaintext HTTP address serving Prometheus metrics at GET /metrics, "
+          "part of the admin surface: keep it on loopback or the pod's network. Port 0 picks a "
+          "free port. Empty: none.");
 
 namespace gradserve::server {
 namespace {
@@ -223,6 +230,8 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.security.tenant_max_in_flight = absl::GetFlag(FLAGS_tenant_max_in_flight);
   o.security.tenant_memory_share = absl::GetFlag(FLAGS_tenant_memory_share);
   o.security.admin_listen = absl::GetFlag(FLAGS_admin_listen);
+  o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  o.malloc_name = gradserve::kProcessMallocName;
   return o;
 }
 
@@ -335,6 +344,12 @@ const char* SignalName(int signal_number) {
 }
 
 int Main(char** argv) {
+  LogFormat log_format;  // Note [JSON log lines]: before the first line
+  if (absl::Status s = ParseLogFormat(absl::GetFlag(FLAGS_log_format), &log_format); !s.ok()) {
+    std::fprintf(stderr, "gradserve-server: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  SetLogFormat(log_format);
   // Note [Sizing the server's threads], Note [OpenBLAS's threads]: first, since a
   // re-execution must come before any thread of the server's own starts.
   if (absl::GetFlag(FLAGS_blas_threads) < 0) {
@@ -418,6 +433,11 @@ int Main(char** argv) {
     const std::string& admin = options.security.admin_listen;
     LogLine(absl::StrCat("admin address (health, reflection, GetServerInfo; plaintext): ",
                          admin.substr(0, admin.rfind(':')), ":", (*server)->admin_port()));
+  }
+  if ((*server)->metrics_port() != 0) {
+    const std::string& metrics = options.metrics_listen;
+    LogLine(absl::StrCat("metrics address (Prometheus, GET /metrics; plaintext HTTP): ",
+                         metrics.substr(0, metrics.rfind(':')), ":", (*server)->metrics_port()));
   }
   LogLine(absl::StrCat("listening on ", host, ":", (*server)->port(), " (version ", ServerVersion(),
                        ", malloc ", gradserve::kProcessMallocName, ")"));

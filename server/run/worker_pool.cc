@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/time/clock.h"
+
 namespace gradserve::server {
 
 WorkerPool::WorkerPool(int num_threads) {
@@ -37,7 +39,9 @@ void WorkerPool::Loop() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
+    const int64_t start = absl::GetCurrentTimeNanos();
     task();
+    busy_ns_.fetch_add(absl::GetCurrentTimeNanos() - start, std::memory_order_relaxed);
   }
 }
 

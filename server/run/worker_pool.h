@@ -5,6 +5,8 @@
 #ifndef GRADSERVE_SERVER_RUN_WORKER_POOL_H_
 #define GRADSERVE_SERVER_RUN_WORKER_POOL_H_
 
+#include <atomic>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <thread>
@@ -31,6 +33,9 @@ class WorkerPool {
   void Submit(std::function<void()> task);
 
   int num_threads() const { return static_cast<int>(threads_.size()); }
+  // Nanoseconds the workers together spent running tasks (for the metrics); a task counts
+  // once it has returned.
+  int64_t busy_ns() const { return busy_ns_.load(std::memory_order_relaxed); }
 
  private:
   void Loop();
@@ -41,6 +46,7 @@ class WorkerPool {
   CondVar ready_;  // signalled when queue_ gains a task or stopping_ is set
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mutex_);
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  std::atomic<int64_t> busy_ns_{0};  // relaxed: a sum, read only by scrapes
   std::vector<std::thread> threads_;
 };
 

@@ -7,8 +7,9 @@
 namespace gradserve::server {
 
 Tenant::Tenant(std::string name, int64_t max_in_flight, int64_t memory_bytes,
-               std::shared_ptr<MemoryBudget> server_memory)
+               std::shared_ptr<MemoryBudget> server_memory, int index)
     : name_(std::move(name)),
+      index_(index),
       max_in_flight_(max_in_flight),
       memory_(std::make_shared<MemoryBudget>(
           memory_bytes, std::move(server_memory),
@@ -36,10 +37,16 @@ Tenant* Tenants::Get(absl::string_view name) {
   MutexLock lock(&mutex_);
   auto [it, inserted] = tenants_.try_emplace(name);
   if (inserted) {
-    it->second =
-        std::make_unique<Tenant>(std::string(name), max_in_flight_, memory_bytes_, server_memory_);
+    it->second = std::make_unique<Tenant>(std::string(name), max_in_flight_, memory_bytes_,
+                                          server_memory_, static_cast<int>(in_order_.size()));
+    in_order_.push_back(it->second.get());
   }
   return it->second.get();
+}
+
+std::vector<const Tenant*> Tenants::All() const {
+  MutexLock lock(&mutex_);
+  return in_order_;
 }
 
 }  // namespace gradserve::server

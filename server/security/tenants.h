@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -37,10 +38,12 @@ namespace gradserve::server {
 
 class Tenant {
  public:
+  // index: the tenant's place in the order its Tenants made them (0, 1, ...).
   Tenant(std::string name, int64_t max_in_flight, int64_t memory_bytes,
-         std::shared_ptr<MemoryBudget> server_memory);
+         std::shared_ptr<MemoryBudget> server_memory, int index = 0);
 
   const std::string& name() const { return name_; }
+  int index() const { return index_; }
   // Within the server's budget (Note [Tenants' shares]).
   const std::shared_ptr<MemoryBudget>& memory() const { return memory_; }
   // Counts one more grad call in flight, or RESOURCE_EXHAUSTED naming the tenant's limit.
@@ -51,6 +54,7 @@ class Tenant {
 
  private:
   const std::string name_;
+  const int index_;
   const int64_t max_in_flight_;
   const std::shared_ptr<MemoryBudget> memory_;
   std::atomic<int64_t> in_flight_{0};
@@ -63,6 +67,8 @@ class Tenants {
 
   // The tenant named name, made on first use.
   Tenant* Get(absl::string_view name);
+  // Every tenant made so far, in the order they were made (Tenant::index()).
+  std::vector<const Tenant*> All() const;
 
   int64_t max_in_flight() const { return max_in_flight_; }
   int64_t memory_bytes() const { return memory_bytes_; }
@@ -72,8 +78,9 @@ class Tenants {
   const int64_t memory_bytes_;
   const std::shared_ptr<MemoryBudget> server_memory_;
   // Guards the map of tenants; a Tenant's own state is atomic.
-  Mutex mutex_;
+  mutable Mutex mutex_;
   absl::flat_hash_map<std::string, std::unique_ptr<Tenant>> tenants_ ABSL_GUARDED_BY(mutex_);
+  std::vector<const Tenant*> in_order_ ABSL_GUARDED_BY(mutex_);  // tenants_' Tenants, by index
 };
 
 }  // namespace gradserve::server

@@ -160,6 +160,14 @@ absl::StatusOr<std::unique_ptr<GradServer>> GradServer::Start(const ServerOption
           absl::StrCat("cannot listen on --admin_listen ", options.security.admin_listen));
     }
   }
+  if (!options.metrics_listen.empty()) {  // Note [The metrics address]
+    const GradService* service = server->service_.get();
+    absl::StatusOr<std::unique_ptr<metrics::MetricsEndpoint>> endpoint =
+        metrics::MetricsEndpoint::Start(options.metrics_listen,
+                                        [service] { return service->MetricsText(); });
+    if (!endpoint.ok()) return endpoint.status();
+    server->metrics_ = *std::move(endpoint);
+  }
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr) {
     return absl::UnavailableError(

@@ -91,6 +91,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
+#include "server/metrics/metrics_endpoint.h"
 #include "server/security/server_security.h"
 #include "server/service/grad_service.h"
 #include "server/service/listener.h"
@@ -112,6 +113,8 @@ class GradServer {
   int port() const { return port_; }
   // The admin address's port (Note [The admin address]); 0 without --admin_listen.
   int admin_port() const { return admin_port_; }
+  // The metrics address's port (Note [The metrics address]); 0 without --metrics_listen.
+  int metrics_port() const { return metrics_ != nullptr ? metrics_->port() : 0; }
   // For the start-up log: "tls: on; tokens: 3 clients of 2 tenants; ..." (SetUpSecurity).
   const std::string& security_line() const { return security_.description; }
   // The server's memory sizing, for the start-up log: "memory: 14.1 GiB for requests
@@ -140,6 +143,8 @@ class GradServer {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<AdminService> admin_service_;  // outlives admin_server_
   std::unique_ptr<grpc::Server> admin_server_;   // null without --admin_listen
+  // Declared after service_, which its scrapes read: destroyed (stopped) before it.
+  std::unique_ptr<metrics::MetricsEndpoint> metrics_;  // null without --metrics_listen
   int port_ = 0;
   int admin_port_ = 0;
   std::string memory_line_;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -11,6 +12,7 @@
 #include "proto/chunking.h"
 #include "server/base/log.h"
 #include "server/limits/server_memory.h"
+#include "server/metrics/text_format.h"
 #include "server/run/dispatch.h"
 #include "server/run/request_runner.h"
 #include "server/service/grpc_status.h"
@@ -19,6 +21,24 @@
 
 namespace gradserve::server {
 namespace {
+
+constexpr metrics::Rpc kUnary = metrics::Rpc::kComputeGradients;
+constexpr metrics::Rpc kStream = metrics::Rpc::kComputeGradientsStream;
+
+// The rpc as the log line names it.
+// Whether this build has the CUDA backend (engine/CMakeLists.txt), for build_info.
+#ifdef GRADSERVE_HAS_CUDA
+constexpr bool kCudaBuilt = true;
+#else
+constexpr bool kCudaBuilt = false;
+#endif
+
+const char* LogName(metrics::Rpc rpc) { return rpc == kUnary ? "unary" : "stream"; }
+
+// The metrics' slot of a call's tenant (null without a token file).
+int TenantSlot(const Tenant* tenant) {
+  return metrics::RequestMetrics::TenantSlot(tenant == nullptr ? -1 : tenant->index());
+}
 
 // A token that stops the work at the call's deadline, and is cancelled by OnCancel.
 std::shared_ptr<autograd::CancellationToken> MakeToken(const grpc::CallbackServerContext* context) {
@@ -39,10 +59,11 @@ void CancelWork(autograd::CancellationToken& token) {
   }
 }
 
-// " tenant=NAME" for a request log line, or nothing without a token file. The name is the
-// operator's (Note [The token file]); the token is never logged.
-std::string TenantField(const Tenant* tenant) {
-  return tenant == nullptr ? "" : absl::StrCat(" tenant=", tenant->name());
+// A request log line's tenant (the operator's name, Note [The token file]; the token is never
+// logged) and trace id (Note [Trace ids]), when there are.
+void AddCallFields(const Tenant* tenant, absl::string_view trace, LogRecord* record) {
+  if (tenant != nullptr) record->Word("tenant", tenant->name());
+  if (!trace.empty()) record->Client("trace", trace);
 }
 
 // Finishes a call before its handler returns, with gRPC's default reactor, as Ping does.
@@ -104,16 +125,20 @@ class GradService::StreamGradReactor final
       : service_(service),
         context_(context),
         cancel_(MakeToken(context)),
-        received_at_(absl::Now()) {
+        received_at_(absl::Now()),
+        trace_(TraceIdOf(*context)) {
+    EchoTraceId(trace_, context);  // Note [Trace ids]
     absl::StatusOr<Tenant*> tenant = service->TenantOf(context);
     if (!tenant.ok()) {
-      service->Reject("", "stream", nullptr, tenant.status());
+      service->Reject("", trace_.value, kStream, nullptr, tenant.status(),
+                      metrics::RejectReason::kUnauthenticated);
       Finish(ToGrpcStatus(tenant.status()));
       return;
     }
     tenant_ = *tenant;
     if (absl::Status begun = service->uploads_.Begin(this); !begun.ok()) {
-      service->Reject("", "stream", tenant_, begun);
+      service->Reject("", trace_.value, kStream, tenant_, begun,
+                      metrics::RejectReason::kUploadsFull);
       Finish(ToGrpcStatus(begun));
       return;
     }
@@ -137,8 +162,9 @@ class GradService::StreamGradReactor final
     UploadTracker::Progress(this);
     if (!ParseChunk(&read_, &chunk_)) {
       FailUpload(absl::InvalidArgumentError(
-          absl::StrCat("chunk ", chunks_read_ + 1,
-                       " of the stream is malformed: not a gradserve.v1.Chunk message")));
+                     absl::StrCat("chunk ", chunks_read_ + 1,
+                                  " of the stream is malformed: not a gradserve.v1.Chunk message")),
+                 metrics::RejectReason::kUploadMalformed);
       return;
     }
     ++chunks_read_;
@@ -147,14 +173,16 @@ class GradService::StreamGradReactor final
     const int64_t size = static_cast<int64_t>(chunk_.data().size());
     if (chunk_.total_bytes() > limit || received_.size() + size > limit) {
       FailUpload(absl::ResourceExhaustedError(
-          absl::StrCat("the streamed request is larger than the limit of ", limit,
-                       " bytes (--max_request_bytes)")));
+                     absl::StrCat("the streamed request is larger than the limit of ", limit,
+                                  " bytes (--max_request_bytes)")),
+                 metrics::RejectReason::kUploadTooLarge);
       return;
     }
     // Counted decompressed, as received, before the server keeps them.
     if (absl::Status s = received_.memory().Grow(size); !s.ok()) {
-      FailUpload(absl::ResourceExhaustedError(
-          absl::StrCat("the server cannot hold the rest of this streamed request: ", s.message())));
+      FailUpload(absl::ResourceExhaustedError(absl::StrCat(
+                     "the server cannot hold the rest of this streamed request: ", s.message())),
+                 metrics::RejectReason::kUploadMemory);
       return;
     }
     // Note [Chunk buffer pool]: the next read fills a pooled buffer; a chunk much smaller than
@@ -192,7 +220,8 @@ class GradService::StreamGradReactor final
         absl::StrCat("the streamed request made no progress for ",
                      absl::FormatDuration(service_->uploads_.idle_timeout()),
                      " (--upload_idle_timeout); the call was ended"));
-    service_->Reject("", "stream", tenant_, status);
+    service_->Reject("", trace_.value, kStream, tenant_, status,
+                     metrics::RejectReason::kUploadIdle);
     // Legal with a read outstanding: it then completes with ok false (and is ignored).
     Finish(ToGrpcStatus(status));
     return true;
@@ -212,11 +241,13 @@ class GradService::StreamGradReactor final
   // tensor bytes are not copied) and run it on a worker.
   void RunRequest() {
     if (context_->IsCancelled()) {
-      FailUpload(absl::CancelledError("the client cancelled the call while sending it"));
+      FailUpload(absl::CancelledError("the client cancelled the call while sending it"),
+                 metrics::RejectReason::kCancelled);
       return;
     }
-    if (absl::Status admitted = service_->Admit(tenant_); !admitted.ok()) {
-      FailUpload(admitted);
+    metrics::RejectReason reason;
+    if (absl::Status admitted = service_->Admit(tenant_, &reason); !admitted.ok()) {
+      FailUpload(admitted, reason);
       return;
     }
     if (absl::Status parsed = received_.Parse(&request_); !parsed.ok()) {
@@ -224,7 +255,8 @@ class GradService::StreamGradReactor final
       return;
     }
     Job job;
-    job.rpc = "stream";
+    job.rpc = kStream;
+    job.trace = trace_.value;
     job.tenant = tenant_;
     job.received = received_at_;
     job.request = &request_;
@@ -252,17 +284,17 @@ class GradService::StreamGradReactor final
   }
 
   // Ends a call that was never admitted: an upload refused, broken or over a limit.
-  void FailUpload(const absl::Status& status) {
+  void FailUpload(const absl::Status& status, metrics::RejectReason reason) {
     service_->uploads_.End(this);
     received_.Clear();
-    service_->Reject(request_.request_id(), "stream", tenant_, status);
+    service_->Reject(request_.request_id(), trace_.value, kStream, tenant_, status, reason);
     Finish(ToGrpcStatus(status));
   }
 
   // Ends an admitted call that did not reach a worker.
   void FailEarly(const absl::Status& status) {
-    service_->Release(request_.request_id(), "stream", tenant_, status, received_at_, 0,
-                      received_.size(), 0);
+    service_->Release(request_.request_id(), trace_.value, kStream, tenant_, status, received_at_,
+                      0, received_.size(), 0);
     received_.Clear();
     Finish(ToGrpcStatus(status));
   }
@@ -285,6 +317,7 @@ class GradService::StreamGradReactor final
   grpc::CallbackServerContext* const context_;
   const std::shared_ptr<autograd::CancellationToken> cancel_;
   const absl::Time received_at_;
+  const TraceId trace_;
   Tenant* tenant_ = nullptr;  // set by the constructor; null without a token file
   // Guards what the reaper reads (Note [Uploads apart from work]).
   Mutex mutex_;
@@ -339,15 +372,19 @@ grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerCont
                                                         const grpc::ByteBuffer* request,
                                                         grpc::ByteBuffer* response) {
   const absl::Time received = absl::Now();
+  TraceId trace = TraceIdOf(*context);
+  EchoTraceId(trace, context);  // Note [Trace ids]
   absl::StatusOr<Tenant*> tenant = TenantOf(context);
   if (!tenant.ok()) {
-    Reject(UnaryMessages::PeekRequestId(*request), "unary", nullptr, tenant.status());
+    Reject(UnaryMessages::PeekRequestId(*request), trace.value, kUnary, nullptr, tenant.status(),
+           metrics::RejectReason::kUnauthenticated);
     return FinishNow(context, ToGrpcStatus(tenant.status()));
   }
   // Admitted before it is parsed: a full or draining server refuses a call without spending
   // the parse's time and memory on it; its log line has the request id read from the bytes.
-  if (absl::Status admitted = Admit(*tenant); !admitted.ok()) {
-    Reject(UnaryMessages::PeekRequestId(*request), "unary", *tenant, admitted);
+  metrics::RejectReason reason;
+  if (absl::Status admitted = Admit(*tenant, &reason); !admitted.ok()) {
+    Reject(UnaryMessages::PeekRequestId(*request), trace.value, kUnary, *tenant, admitted, reason);
     return FinishNow(context, ToGrpcStatus(admitted));
   }
   // The parsed request holds about as many bytes as the serialized one (Note [Request flow]).
@@ -355,18 +392,19 @@ grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerCont
   if (absl::Status s = request_memory.Grow(static_cast<int64_t>(request->Length())); !s.ok()) {
     const absl::Status refused = absl::ResourceExhaustedError(
         absl::StrCat("the server cannot hold this request now: ", s.message()));
-    Release(UnaryMessages::PeekRequestId(*request), "unary", *tenant, refused, received, 0,
-            static_cast<int64_t>(request->Length()), 0);
+    Release(UnaryMessages::PeekRequestId(*request), trace.value, kUnary, *tenant, refused, received,
+            0, static_cast<int64_t>(request->Length()), 0);
     return FinishNow(context, ToGrpcStatus(refused));
   }
   UnaryMessages::Ptr messages = UnaryMessages::Take();
   if (const absl::Status parsed = messages->ParseRequest(*request); !parsed.ok()) {
-    Release(UnaryMessages::PeekRequestId(*request), "unary", *tenant, parsed, received, 0,
-            messages->request_bytes(), 0);
+    Release(UnaryMessages::PeekRequestId(*request), trace.value, kUnary, *tenant, parsed, received,
+            0, messages->request_bytes(), 0);
     return FinishNow(context, ToGrpcStatus(parsed));
   }
   Job job;
-  job.rpc = "unary";
+  job.rpc = kUnary;
+  job.trace = std::move(trace.value);
   job.tenant = *tenant;
   job.received = received;
   job.request = &messages->request();
@@ -429,20 +467,25 @@ grpc::ServerUnaryReactor* GradService::Ping(grpc::CallbackServerContext* context
   return FinishNow(context, grpc::Status::OK);
 }
 
-absl::Status GradService::Admit(Tenant* tenant) {
+absl::Status GradService::Admit(Tenant* tenant, metrics::RejectReason* reason) {
   requests_total_.fetch_add(1, std::memory_order_relaxed);
-  auto unavailable = [] {
+  auto unavailable = [reason] {
+    *reason = metrics::RejectReason::kDraining;
     return absl::UnavailableError("the server is shutting down; retry on another replica");
   };
   if (draining_.load()) return unavailable();
   // Note [Tenants' shares]: the tenant's share first, so that a tenant over it takes no slot.
   if (tenant != nullptr) {
-    if (absl::Status s = tenant->Admit(); !s.ok()) return s;
+    if (absl::Status s = tenant->Admit(); !s.ok()) {
+      *reason = metrics::RejectReason::kTenantFull;
+      return s;
+    }
   }
   int64_t n = in_flight_.load(std::memory_order_relaxed);
   do {
     if (n >= options_.max_in_flight) {
       if (tenant != nullptr) tenant->Release();
+      *reason = metrics::RejectReason::kServerFull;
       return absl::ResourceExhaustedError(
           absl::StrCat("the server is full: ", n, " requests in flight, the limit is ",
                        options_.max_in_flight, " (--max_in_flight); retry later"));
@@ -490,32 +533,49 @@ absl::Status GradService::Run(const Job& job, RequestRunner& runner) {
     status = runner.ReserveResponse(bytes_out, BudgetOf(job.tenant));
     if (!status.ok()) bytes_out = 0;
   }
-  Release(job.request->request_id(), job.rpc, job.tenant, status, job.received,
-          job.response->num_nodes(), job.request_bytes, bytes_out);
+  Release(job.request->request_id(), job.trace, job.rpc, job.tenant, status, job.received,
+          job.response->num_nodes(), job.request_bytes, bytes_out, &job.response->timings());
   return status;
 }
 
-void GradService::Release(const std::string& request_id, const std::string& rpc, Tenant* tenant,
-                          const absl::Status& status, absl::Time received, int64_t nodes,
-                          int64_t bytes_in, int64_t bytes_out) {
+void GradService::Release(const std::string& request_id, absl::string_view trace, metrics::Rpc rpc,
+                          Tenant* tenant, const absl::Status& status, absl::Time received,
+                          int64_t nodes, int64_t bytes_in, int64_t bytes_out,
+                          const v1::Timings* timings) {
   (status.ok() ? requests_ok_ : requests_failed_).fetch_add(1, std::memory_order_relaxed);
   bytes_received_.fetch_add(bytes_in, std::memory_order_relaxed);
   bytes_sent_.fetch_add(bytes_out, std::memory_order_relaxed);
+  const int64_t us = absl::ToInt64Microseconds(absl::Now() - received);
+  metrics::CallTimes times;
+  times.total_us = us;
+  if (timings != nullptr) {
+    times.ran = true;
+    times.queue_us = timings->queue_us();
+    times.forward_us = timings->forward_us();
+    times.backward_us = timings->backward_us();
+  }
+  // The code the client sees (ToGrpcStatus: UNKNOWN is never sent, INTERNAL is).
+  metrics_.Ended(
+      rpc, TenantSlot(tenant),
+      status.code() == absl::StatusCode::kUnknown ? absl::StatusCode::kInternal : status.code(),
+      times, nodes, bytes_in, bytes_out);
   if (Logs(status)) {
-    const int64_t us = absl::ToInt64Microseconds(absl::Now() - received);
     auto line = [&] {
       // The client's strings in it are quoted, its message escaped (Note [Quoting client
-      // strings]).
+      // strings]); in JSON, escaped (Note [JSON log lines]).
       const grpc::Status grpc_status = ToGrpcStatus(status);
-      std::string line = absl::StrCat(
-          "request id=", LogField(request_id), " rpc=", rpc, " status=",
-          absl::StatusCodeToString(static_cast<absl::StatusCode>(grpc_status.error_code())),
-          " duration_ms=", us / 1000, ".", absl::Dec(us % 1000, absl::kZeroPad3), " nodes=", nodes,
-          " bytes_in=", bytes_in, " bytes_out=", bytes_out, TenantField(tenant));
-      if (!status.ok()) {
-        absl::StrAppend(&line, " error=", grpc_status.error_message().substr(0, 200));
-      }
-      return line;
+      LogRecord record("request");
+      record.Client("id", request_id)
+          .Word("rpc", LogName(rpc))
+          .Word("status",
+                absl::StatusCodeToString(static_cast<absl::StatusCode>(grpc_status.error_code())))
+          .Millis("duration_ms", us)
+          .Number("nodes", nodes)
+          .Number("bytes_in", bytes_in)
+          .Number("bytes_out", bytes_out);
+      AddCallFields(tenant, trace, &record);
+      if (!status.ok()) record.Message("error", grpc_status.error_message().substr(0, 200));
+      return record.Line();
     };
     // Note [Refusals logged at a bounded rate]
     if (status.ok()) {
@@ -528,15 +588,22 @@ void GradService::Release(const std::string& request_id, const std::string& rpc,
   EndInFlight();
 }
 
-void GradService::Reject(const std::string& request_id, const std::string& rpc,
-                         const Tenant* tenant, const absl::Status& status) {
+void GradService::Reject(const std::string& request_id, absl::string_view trace, metrics::Rpc rpc,
+                         const Tenant* tenant, const absl::Status& status,
+                         metrics::RejectReason reason) {
   requests_rejected_.fetch_add(1, std::memory_order_relaxed);
+  metrics_.Rejected(rpc, TenantSlot(tenant), reason);
   if (!Logs(status)) return;
   refusal_log_.Log([&] {  // Note [Refusals logged at a bounded rate]
-    return absl::StrCat("request id=", LogField(request_id), " rpc=", rpc,
-                        " status=", absl::StatusCodeToString(status.code()),
-                        " duration_ms=0 nodes=0", TenantField(tenant),
-                        " error=", ClientMessage(status.message(), 200));
+    LogRecord record("request");
+    record.Client("id", request_id)
+        .Word("rpc", LogName(rpc))
+        .Word("status", absl::StatusCodeToString(status.code()))
+        .Number("duration_ms", 0)
+        .Number("nodes", 0);
+    AddCallFields(tenant, trace, &record);
+    record.Message("error", ClientMessage(status.message(), 200));
+    return record.Line();
   });
 }
 
@@ -562,6 +629,65 @@ bool GradService::WaitUntilIdle(absl::Duration timeout) {
     return true;
   }
   return idle_.WaitWithDeadline(&idle_mutex_, absl::Now() + timeout, idle);
+}
+
+std::string GradService::MetricsText() const {
+  metrics::TextWriter out;
+  const std::vector<const Tenant*> tenants =
+      tenants_ != nullptr ? tenants_->All() : std::vector<const Tenant*>();
+  metrics_.Write(&out, [&tenants](int slot) {
+    // Slots 1..kMaxTenants are tenants 0..kMaxTenants-1 (RequestMetrics::TenantSlot).
+    return slot - 1 < static_cast<int>(tenants.size()) ? tenants[slot - 1]->name()
+                                                       : std::string("_unknown");
+  });
+  auto gauge = [&out](const char* name, const char* help, int64_t value) {
+    out.Family(name, "gauge", help);
+    out.Sample(name, {}, value);
+  };
+  gauge("gradserve_in_flight", "Grad calls admitted now (queued or running).",
+        in_flight_.load(std::memory_order_relaxed));
+  gauge("gradserve_max_in_flight", "Grad calls that may be admitted at once (--max_in_flight).",
+        options_.max_in_flight);
+  gauge("gradserve_uploads_in_progress", "Streamed grad requests still arriving.", uploads_.open());
+  gauge("gradserve_memory_used_bytes",
+        "Bytes the server's memory budget has handed out now: requests' tensors and Nodes, "
+        "uploads, responses.",
+        memory_->used());
+  gauge("gradserve_memory_peak_bytes", "The most gradserve_memory_used_bytes has been.",
+        memory_->peak());
+  gauge("gradserve_memory_limit_bytes",
+        "The server's memory budget (--max_server_memory_bytes, or a share of the container's).",
+        memory_->limit());
+  if (!tenants.empty()) {
+    out.Family("gradserve_tenant_in_flight", "gauge", "A tenant's grad calls admitted now.");
+    for (const Tenant* t : tenants) {
+      out.Sample("gradserve_tenant_in_flight", {{"tenant", t->name()}}, t->in_flight());
+    }
+    out.Family("gradserve_tenant_memory_used_bytes", "gauge",
+               "Bytes of a tenant's memory share in use now.");
+    for (const Tenant* t : tenants) {
+      out.Sample("gradserve_tenant_memory_used_bytes", {{"tenant", t->name()}},
+                 t->memory()->used());
+    }
+  }
+  gauge("gradserve_engine_workers", "Engine CPU worker threads.", pool_->num_threads());
+  out.Family("gradserve_engine_worker_busy_seconds_total", "counter",
+             "Time the engine CPU workers spent running requests, all workers together.");
+  out.Sample("gradserve_engine_worker_busy_seconds_total", {},
+             static_cast<double>(pool_->busy_ns()) / 1e9);
+  out.Family("gradserve_inline_requests_total", "counter",
+             "Grad calls small enough to run on gRPC's thread instead of a worker.");
+  out.Sample("gradserve_inline_requests_total", {},
+             requests_inline_.load(std::memory_order_relaxed));
+  out.Family("gradserve_uptime_seconds", "gauge", "Seconds since the server started.");
+  out.Sample("gradserve_uptime_seconds", {}, absl::ToDoubleSeconds(absl::Now() - started_));
+  out.Family("gradserve_build_info", "gauge", "The server's build; always 1.");
+  out.Sample("gradserve_build_info",
+             {{"version", info_.version()},
+              {"malloc", options_.malloc_name},
+              {"cuda", kCudaBuilt ? "on" : "off"}},
+             int64_t{1});
+  return out.Take();
 }
 
 v1::Counters GradService::counters() const {

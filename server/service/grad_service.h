@@ -43,11 +43,13 @@
 #include "gradserve/v1/gradserve.grpc.pb.h"
 #include "server/base/log.h"
 #include "server/limits/upload_tracker.h"
+#include "server/metrics/request_metrics.h"
 #include "server/run/request_runner.h"
 #include "server/run/worker_pool.h"
 #include "server/security/tenants.h"
 #include "server/security/token_auth.h"
 #include "server/service/server_options.h"
+#include "server/service/trace_id.h"
 #include "server/wire/chunked_request.h"
 #include "server/wire/unary_messages.h"
 
@@ -94,6 +96,8 @@ class GradService final
   v1::ServerInfo Info() const;
   // Grad calls that ran inline on gRPC's thread (Note [Inline or pool]).
   int64_t requests_inline() const { return requests_inline_.load(std::memory_order_relaxed); }
+  // The Prometheus text of the server's metrics now (docs/operations.md, "Metrics").
+  std::string MetricsText() const;
   // The budget all requests draw from (Note [Sizing the server's memory]).
   const std::shared_ptr<MemoryBudget>& memory() const { return memory_; }
   const UploadTracker& uploads() const { return uploads_; }
@@ -104,7 +108,8 @@ class GradService final
 
   // One admitted grad request on its way through the worker pool.
   struct Job {
-    std::string rpc;           // "unary" or "stream", for the log
+    metrics::Rpc rpc = metrics::Rpc::kComputeGradients;
+    std::string trace;         // the call's trace id (Note [Trace ids]), or empty
     Tenant* tenant = nullptr;  // null without a token file
     absl::Time received;
     const v1::GradRequest* request = nullptr;  // the call's UnaryMessages, or the reactor's
@@ -133,22 +138,23 @@ class GradService final
     return tenant != nullptr ? tenant->memory() : memory_;
   }
   // Admits a grad call of tenant (may be null), counting it in flight against the tenant's
-  // share and the server's bound, or says why not.
-  absl::Status Admit(Tenant* tenant);
+  // share and the server's bound, or says why not (and *reason, for the metrics).
+  absl::Status Admit(Tenant* tenant, metrics::RejectReason* reason);
   // Queues an admitted job on the worker pool, where Run runs it and job.done follows.
   void Execute(Job job);
   // Runs an admitted job on this thread with runner and ends its accounting (Release); returns
   // its status. The caller destroys runner once the response is on its way (Note [Teardown after
   // the reply]).
   absl::Status Run(const Job& job, RequestRunner& runner);
-  // Ends an admitted call's accounting: counters, the log line (through refusal_log_ for a
-  // failure), admission released.
-  void Release(const std::string& request_id, const std::string& rpc, Tenant* tenant,
-               const absl::Status& status, absl::Time received, int64_t nodes, int64_t bytes_in,
-               int64_t bytes_out);
+  // Ends an admitted call's accounting: counters, metrics, the log line (through refusal_log_
+  // for a failure), admission released. timings: the engine's, if the call reached it.
+  // trace: the call's trace id (Note [Trace ids]), or empty.
+  void Release(const std::string& request_id, absl::string_view trace, metrics::Rpc rpc,
+               Tenant* tenant, const absl::Status& status, absl::Time received, int64_t nodes,
+               int64_t bytes_in, int64_t bytes_out, const v1::Timings* timings = nullptr);
   // Counts and logs a call refused at admission (through refusal_log_).
-  void Reject(const std::string& request_id, const std::string& rpc, const Tenant* tenant,
-              const absl::Status& status);
+  void Reject(const std::string& request_id, absl::string_view trace, metrics::Rpc rpc,
+              const Tenant* tenant, const absl::Status& status, metrics::RejectReason reason);
 
   // Lowers in_flight_ by one, waking WaitUntilIdle when it reaches 0.
   void EndInFlight();
@@ -183,6 +189,8 @@ class GradService final
   std::atomic<int64_t> requests_inline_{0};
   std::atomic<int64_t> bytes_received_{0};
   std::atomic<int64_t> bytes_sent_{0};
+  // Note [Metrics without a lock].
+  metrics::RequestMetrics metrics_;
 
   const std::shared_ptr<MemoryBudget> memory_;  // options_.max_server_memory_bytes
   UploadTracker uploads_;

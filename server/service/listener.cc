@@ -16,9 +16,9 @@
 #include <cstring>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/base/host_port.h"
 #include "server/base/log.h"
 
 namespace gradserve::server {
@@ -91,17 +91,10 @@ void SetPort(sockaddr_storage* addr, int port) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Listener>> Listener::Bind(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  int port = -1;
-  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
-      port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--listen: '", address, "' is not host:port (port 0 to 65535)"));
-  }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
+  absl::StatusOr<HostPort> parsed = ParseHostPort(address, "--listen");
+  if (!parsed.ok()) return parsed.status();
+  const std::string& host = parsed->host;
+  const int port = parsed->port;
 
   // The addresses to bind, in order; the first one's port is every other's when port is 0.
   struct Candidate {

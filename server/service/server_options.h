@@ -66,6 +66,12 @@ struct ServerOptions {
   // TLS, tokens, tenants' shares and the admin address (Note [Who may call] in
   // server/security/token_auth.h).
   SecurityOptions security;
+  // host:port of the Prometheus metrics, GET /metrics over plain HTTP (Note [The metrics
+  // address] in server/metrics/metrics_endpoint.h); empty: none. Port 0 picks a free port
+  // (GradServer::metrics_port() tells which).
+  std::string metrics_listen;
+  // The malloc the process links ("glibc" or "mimalloc"), for the build_info metric.
+  std::string malloc_name = "glibc";
 
   // Connections (Note [Connection limits] in server/service/grad_server.h says what each does
   // and why its default). An infinite duration turns off idle and age limits and keepalive.

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.request
 
 ROOT = os.path.abspath(sys.argv.pop(1)) if len(sys.argv) > 1 else os.path.dirname(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -66,6 +67,7 @@ class RealTreeTest(unittest.TestCase):
         self.assertEqual(self.result.returncode, 0, self.result.stdout + self.result.stderr)
         self.assertIn("rendered overlays/cpu: 7 objects", self.result.stdout)
         self.assertIn("rendered overlays/gpu: 7 objects", self.result.stdout)
+        self.assertIn("rendered overlays/inflight: 7 objects", self.result.stdout)
         self.assertIn("validate.sh: every overlay renders and passes", self.result.stdout)
 
     def test_the_cpu_overlay_is_what_the_docs_say(self):
@@ -82,6 +84,26 @@ class RealTreeTest(unittest.TestCase):
         self.assertNotIn("replicas:", cpu.replace("minReplicas", "").replace("maxReplicas", ""))
         self.assertNotIn("--devices=cuda", cpu)
         self.assertNotIn("nvidia.com/gpu", cpu)
+
+    def test_prometheus_scrapes_the_metrics_port(self):
+        cpu = self.rendered("cpu")
+        port = re.search(r"--metrics_listen=0\.0\.0\.0:(\d+)", cpu).group(1)
+        for text in ('prometheus.io/scrape: "true"', f'prometheus.io/port: "{port}"',
+                     "prometheus.io/path: /metrics", f"containerPort: {port}",
+                     f"port: {port}", 'gradserve-metrics: "true"'):
+            self.assertIn(text, cpu)
+
+    def test_the_inflight_overlay_scales_on_calls_in_flight(self):
+        inflight = self.rendered("inflight")
+        for text in ("kind: HorizontalPodAutoscaler", "type: Pods", "name: gradserve_in_flight",
+                     "type: AverageValue", 'averageValue: "16"', "averageUtilization: 70"):
+            self.assertIn(text, inflight)
+        # The adapter's rule serves the metric the HPA asks for, from the server's gauge.
+        with open(os.path.join(K8S, "overlays", "inflight", "prometheus-adapter-rules.yaml"),
+                  encoding="utf-8") as f:
+            rules = f.read()
+        self.assertIn("seriesQuery: 'gradserve_in_flight{", rules)
+        self.assertIn('as: "gradserve_in_flight"', rules)
 
     def test_the_gpu_overlay_asks_for_a_gpu(self):
         gpu = self.rendered("gpu")
@@ -109,7 +131,7 @@ class DocsTest(unittest.TestCase):
         with open(os.path.join(ROOT, "server", "process", "main.cc"), encoding="utf-8") as f:
             flags = set(re.findall(r"ABSL_FLAG\([^,]+,\s*(\w+)\s*,", f.read()))
         self.assertIn("grace_period", flags)
-        for overlay in ("cpu", "gpu"):
+        for overlay in ("cpu", "gpu", "inflight"):
             rendered = subprocess.run(["kubectl", "kustomize",
                                        os.path.join(K8S, "overlays", overlay)],
                                       capture_output=True, text=True, timeout=60, check=True)
@@ -158,10 +180,12 @@ class DeploymentArgsTest(unittest.TestCase):
             # files, 0.0.0.0 to loopback on free ports.
             arg = arg.replace("/etc/gradserve/tls/", self.tmp + "/")
             arg = arg.replace("/etc/gradserve/tokens/", self.tmp + "/")
-            arg = re.sub(r"^(--(admin_)?listen)=0\.0\.0\.0:\d+$", r"\1=127.0.0.1:0", arg)
+            arg = re.sub(r"^(--(admin_|metrics_)?listen)=0\.0\.0\.0:\d+$", r"\1=127.0.0.1:0",
+                         arg)
             args.append(arg)
         self.assertIn("--listen=127.0.0.1:0", args)
         self.assertIn("--admin_listen=127.0.0.1:0", args)
+        self.assertIn("--metrics_listen=127.0.0.1:0", args)
         return args
 
     def test_the_server_starts_serves_and_drains_with_the_deployments_args(self):
@@ -188,6 +212,11 @@ class DeploymentArgsTest(unittest.TestCase):
             health = cli("health", "--target=" + admin)
             self.assertEqual(health.returncode, 0, health.stdout + health.stderr)
             self.assertIn("SERVING", health.stdout)
+            metrics = re.search(r"plaintext HTTP\): (127\.0\.0\.1:\d+)", text).group(1)
+            with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as response:
+                scraped = response.read().decode()
+            self.assertIn("# TYPE gradserve_in_flight gauge", scraped)
+            self.assertIn('gradserve_build_info{version="', scraped)
             ping = cli("ping", f"--target=dns:///localhost:{port}",
                        "--tls_ca=" + os.path.join(self.tmp, "ca.pem"),
                        "--token_file=" + os.path.join(self.tmp, "trainer-1.token"))
@@ -202,7 +231,9 @@ class DeploymentArgsTest(unittest.TestCase):
             text = f.read()
         self.assertIn("every call in flight finished; exiting", text)
         with open(os.path.join(self.tmp, "trainer-1.token"), encoding="utf-8") as f:
-            self.assertNotIn(f.read(), text)  # a secret never reaches a log line
+            token = f.read()
+        self.assertNotIn(token, text)  # a secret never reaches a log line
+        self.assertNotIn(token, scraped)  # nor a metric
 
 
 @unittest.skipUnless(shutil.which("openssl"), "openssl missing")

@@ -107,5 +107,51 @@ TEST(LogLineTest, ControlBytesAreEscaped) {
   EXPECT_EQ(out.find('\n'), out.size() - 1) << out;
 }
 
+// Note [JSON log lines]: the same record in both formats; the format is the process's, so each
+// test sets it back.
+class LogRecordTest : public ::testing::Test {
+ protected:
+  void TearDown() override { SetLogFormat(LogFormat::kText); }
+
+  static LogRecord Record() {
+    LogRecord record("request");
+    record.Client("id", "a\"b\n\xff")
+        .Word("rpc", "unary")
+        .Millis("duration_ms", 1234)
+        .Number("nodes", 7)
+        .Message("error", "bad 'op'");
+    return record;
+  }
+};
+
+TEST_F(LogRecordTest, TextIsKeyValue) {
+  SetLogFormat(LogFormat::kText);
+  const std::string line = Record().Line();
+  EXPECT_TRUE(absl::StartsWith(line, "request id=")) << line;
+  EXPECT_TRUE(absl::StrContains(line, " rpc=unary duration_ms=1.234 nodes=7 error=bad 'op'"))
+      << line;
+  EXPECT_FALSE(absl::StrContains(line, "\n")) << line;
+}
+
+TEST_F(LogRecordTest, JsonIsOneObjectWithEveryByteEscaped) {
+  SetLogFormat(LogFormat::kJson);
+  const std::string line = Record().Line();
+  EXPECT_TRUE(absl::StartsWith(line, "{\"time\":\"")) << line;
+  EXPECT_TRUE(absl::StrContains(
+      line,
+      "\"source\":\"gradserve-server\",\"msg\":\"request\",\"id\":\"a\\\"b\\u000a\\u00ff\","
+      "\"rpc\":\"unary\",\"duration_ms\":1.234,\"nodes\":7,\"error\":\"bad 'op'\"}"))
+      << line;
+}
+
+TEST_F(LogRecordTest, ParsesTheFlag) {
+  LogFormat format = LogFormat::kText;
+  EXPECT_TRUE(ParseLogFormat("json", &format).ok());
+  EXPECT_EQ(format, LogFormat::kJson);
+  EXPECT_TRUE(ParseLogFormat("text", &format).ok());
+  EXPECT_EQ(format, LogFormat::kText);
+  EXPECT_EQ(ParseLogFormat("xml", &format).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace gradserve::server
