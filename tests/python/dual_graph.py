@@ -118,6 +118,17 @@ TORCH_OPS = {
     "detach": torch.Tensor.detach,
     "sign": torch.sign,
     "to": lambda x, dtype=None, device=None: x.to(getattr(torch, dtype)) if dtype else x,
+    # In-place ops: they write and return their first input (the same torch tensor).
+    "add_": _operand(torch.Tensor.add_, "other"),
+    "sub_": _operand(torch.Tensor.sub_, "other"),
+    "mul_": _operand(torch.Tensor.mul_, "other"),
+    "div_": _operand(torch.Tensor.div_, "other"),
+    "relu_": torch.Tensor.relu_, "sigmoid_": torch.Tensor.sigmoid_, "tanh_": torch.Tensor.tanh_,
+    "clamp_": lambda x, min=None, max=None: x.clamp_(min, max),
+    "fill_": lambda x, value: x.fill_(value),
+    "zero_": torch.Tensor.zero_,
+    "copy_": torch.Tensor.copy_,
+    "masked_fill_": lambda x, mask, value: x.masked_fill_(mask, value),
 }
 
 
