@@ -60,10 +60,10 @@ void CheckInPlaceResult(const char* op, const Tensor& self, absl::Span<const int
 
 Tensor OriginalSelf(const Tensor& t, bool copy) {
   if (!copy || !t.defined()) return t;
-  GS_CHECK_INTERNAL(!(t.is_leaf() && t.requires_grad()),
-                    "OriginalSelf of a leaf that requires grad (CheckInPlace refuses it)");
   Tensor original = t.Clone();
-  autograd::SetGradientEdge(original, autograd::GradientEdge(t));
+  // A leaf keeps no edge: one that requires grad gets here only under no_grad (CheckInPlace
+  // refuses it otherwise), where nothing is recorded.
+  if (t.grad_fn() != nullptr) autograd::SetGradientEdge(original, autograd::GradientEdge(t));
   if (!t.name().empty()) original.set_name(t.name());
   return original;
 }

@@ -182,6 +182,11 @@ TEST(InPlaceTest, LeafThatRequiresGradIsRefusedUnlessNoGrad) {
     add_(x, 1.0);  // what an optimizer step does
   }
   ExpectNear(x, {2, 3});
+  {
+    autograd::GradModeGuard no_grad(false);
+    mul_(x, x);  // self as its own operand
+  }
+  ExpectNear(x, {4, 9});
   EXPECT_TRUE(x.is_leaf());
   EXPECT_TRUE(x.requires_grad());
 }
