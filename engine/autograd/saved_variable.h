@@ -18,11 +18,21 @@ class Node;
 // A tensor that is an output of the saving Node itself is saved without its grad_fn (that would
 // be a reference cycle); unpack(node) puts it back. Any other tensor (an input, a leaf, a
 // constant) is kept as it is, as PyTorch keeps it: gradients of a double backward still reach
-// its grad_fn or its AccumulateGrad. There are no in-place ops, so a kept tensor's place in the
-// graph cannot change after it was saved.
+// its grad_fn or its AccumulateGrad.
+//
+// Note [Saved versions]
+// An in-place op writes into a tensor's elements and bumps its version (Note [Version counter]
+// in engine/tensor/storage.h). A SavedVariable records the version of the tensor it saves and
+// unpack() compares it with the current one: a backward formula must never read data written
+// after it was saved, and a saved tensor whose version moved is refused, as PyTorch refuses it,
+// before the formula runs. The compare is the only cost a graph without in-place ops pays. An
+// in-place op also rebases the history of the tensor it writes (its grad_fn becomes the op's
+// Node); a saved tensor kept as it is would then carry the new history, but it is refused
+// first, since that op also bumped its version.
 //
 // Errors: unpack() after reset() throws FAILED_PRECONDITION, the error of a second backward
-// through a graph that was not retained.
+// through a graph that was not retained; unpack() of a tensor modified in place since it was
+// saved throws FAILED_PRECONDITION naming the node, the value, and the two versions.
 // Thread safety: none of its own; the saving Node's mutex guards it (Note [Node thread safety]).
 class SavedVariable {
  public:
@@ -38,8 +48,12 @@ class SavedVariable {
   void reset();
 
  private:
+  // The message of unpack()'s refusal of data modified in place (Note [Saved versions]).
+  [[noreturn]] void ThrowModified(const Node* saved_for) const;
+
   Tensor data_;                  // an output's data, detached; else the tensor itself
   uint32_t output_nr_ = 0;       // an output's place among the saving Node's outputs
+  uint32_t saved_version_ = 0;   // data_.version() when saved
   bool saved_original_ = false;  // data_ is the tensor itself (not an output of the saver)
   bool was_defined_ = false;
   bool released_ = false;

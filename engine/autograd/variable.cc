@@ -47,6 +47,13 @@ void SetHistory(Tensor& out, const std::shared_ptr<Node>& node) {
   meta.grad_fn_ = node;
 }
 
+void SetGradientEdge(Tensor& t, Edge edge) {
+  if (!edge.is_valid()) return;
+  AutogradMeta& meta = MutableMetaOf(t);
+  meta.output_nr_ = edge.input_nr;
+  meta.grad_fn_ = std::move(edge.function);
+}
+
 std::shared_ptr<Node> GradAccumulator(const Tensor& leaf) {
   AutogradMeta* meta = MetaOf(leaf);
   if (meta == nullptr || !meta->requires_grad_ || meta->grad_fn_ != nullptr) return nullptr;

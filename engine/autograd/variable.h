@@ -42,6 +42,12 @@ EdgeList CollectNextEdges(TensorRefs inputs);
 // as the node's next input.
 void SetHistory(Tensor& out, const std::shared_ptr<Node>& node);
 
+// Gives t the gradient edge `edge` (PyTorch's set_gradient_edge): t becomes output
+// edge.input_nr of edge.function, which must be a Node, not an AccumulateGrad (copy the
+// history of a tensor made by an op onto another handle, Note [In-place ops]). An invalid
+// edge leaves t a leaf.
+void SetGradientEdge(Tensor& t, Edge edge);
+
 // The AccumulateGrad of a leaf that requires grad, made on first use and shared while alive;
 // null for other tensors. Thread-safe.
 std::shared_ptr<Node> GradAccumulator(const Tensor& leaf);

@@ -44,6 +44,10 @@ std::string BodyScope(absl::string_view scope, int64_t index, const Op& op) {
 }
 
 std::string NodeLabel(absl::string_view scope, int64_t index, const Op& op) {
+  if (op.outputs.empty() && !op.inputs.empty()) {
+    return absl::StrCat(std::string(scope), "op #", index, " ", Quote(op.inputs[0]), " = ",
+                        OpName(op));
+  }
   return absl::StrCat(std::string(scope), "op #", index, " ", QuotedList(op.outputs), " = ",
                       OpName(op));
 }

@@ -27,7 +27,8 @@ std::string DescribeOp(absl::string_view scope, int64_t index, const Op& op);
 // The scope of the ops of a checkpoint body: "<scope>op #2 (checkpoint -> 'c') body: ".
 std::string BodyScope(absl::string_view scope, int64_t index, const Op& op);
 
-// The label of the grad_fn that op records: "<scope>op #3 'h' = mul".
+// The label of the grad_fn that op records: "<scope>op #3 'h' = mul"; for an in-place op that
+// names no output, the value it writes: "<scope>op #4 'h' = relu_".
 std::string NodeLabel(absl::string_view scope, int64_t index, const Op& op);
 
 // status with "<context>: " before its message; same code. OK stays OK.

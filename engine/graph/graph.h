@@ -6,6 +6,15 @@
 // formal input's. An op reads only values defined before it, so a graph is acyclic by
 // construction. A sub-graph (checkpoint's body) sees only its formal inputs and its own leaves.
 //
+// In-place ops (add_, relu_, copy_, masked_fill_, ...: OpSchema::in_place) write their result
+// into their first input's elements and return that same tensor (Note [In-place ops] in
+// engine/ops/inplace.h). A name refers to a tensor, not to a version of its elements, as a
+// Python variable does: after `add_(h, ...)`, every later read of "h" (by an op, a grad op, a
+// backward call or the response) sees the written values and differentiates through the write,
+// and so does every view of h. Such an op may name its one output (Python's `y = h.add_(1)`),
+// which is then another name of h itself, or leave it unnamed. Inside a checkpoint body it
+// must write a value the body computes, not a formal input or leaf, nor a view.
+//
 // Ops with graph-level meaning besides those of the op registry (engine/ops/op_registry.h):
 //   grad        inputs: the roots. attrs: wrt (string list, required), grad_outputs (string
 //               list, one per root, optional), create_graph (default true), retain_graph

@@ -21,6 +21,7 @@
 #include "engine/graph/graph_level_ops.h"
 #include "engine/graph/hooks.h"
 #include "engine/ops/op_registry.h"
+#include "engine/util/mutex.h"
 #include "engine/util/quote.h"
 #include "engine/util/status_error.h"
 
@@ -74,8 +75,16 @@ class OpLabeler final : public autograd::NodeLabeler {
 
 // A leaf's value: a new handle on the client's data, so that marking it requires_grad and
 // naming it never touch the tensor the caller passed in.
-Tensor MakeLeafValue(const Leaf& leaf) {
-  Tensor value = leaf.value.detach();
+//
+// Note [Leaves written in place]
+// An in-place op writes into the elements of its self (Note [In-place ops] in
+// engine/ops/inplace.h), and a leaf's elements are the caller's: the Graph the server caches
+// and records again, the bytes of a received message. So when a graph writes in place
+// anywhere (ValueSlots::writes_in_place), its top-level leaves' values are copies, charged to
+// the request's budget like any tensor, and recording a graph twice gives the same values.
+// Checkpoint bodies' leaves are never written (Validate refuses it).
+Tensor MakeLeafValue(const Leaf& leaf, bool copy = false) {
+  Tensor value = copy ? leaf.value.Clone() : leaf.value.detach();
   if (leaf.requires_grad) value.set_requires_grad(true);
   value.set_name(leaf.name);
   return value;
@@ -159,6 +168,13 @@ int64_t RunOp(const Op& op, const ops::OpSchema& schema, int64_t index, const st
   // allocates it, naming these outputs.
   OutputNamesScope output_names(&op.outputs);
   TensorList outputs;
+  if (schema.in_place && !scope.empty()) {
+    // Note [Graph values]: a body writes only what it computes; a view of that may still be a
+    // view of the body's input or leaf, which Validate cannot see.
+    GS_CHECK_ARG(!inputs[0].is_view(), op.op,
+                 ": an in-place op inside a checkpoint body must "
+                 "not write a view; write into a copy, or outside the checkpoint");
+  }
   if (schema.run) {
     outputs = schema.run(inputs, op.attrs);
   } else if (op.op == kGradOp) {
@@ -206,9 +222,17 @@ int64_t RunOp(const Op& op, const ops::OpSchema& schema, int64_t index, const st
     outputs = {inputs[0].detach()};
   }
 
+  int64_t labeled = 0;
+  if (schema.in_place && op.outputs.empty()) {
+    // The written tensor is its first input's value, under that name (Note [Graph values]).
+    if (const auto& fn = inputs[0].grad_fn(); fn != nullptr && !fn->has_label()) {
+      fn->set_label(labeler, index);
+      ++labeled;
+    }
+    return labeled;
+  }
   GS_CHECK_INTERNAL(outputs.size() == op.outputs.size(), "op '", op.op, "' returned ",
                     outputs.size(), " outputs for ", op.outputs.size(), " names");
-  int64_t labeled = 0;
   for (size_t j = 0; j < outputs.size(); ++j) {
     Tensor& out = outputs[j];
     if (out.defined()) {
@@ -282,22 +306,31 @@ auto CatchAll(Fn&& fn) -> decltype(fn()) {
   }
 }
 
-// Every Node reachable from the roots' gradient edges: what a backward from them can reach.
-absl::flat_hash_set<const autograd::Node*> ReachableNodes(const TensorList& roots) {
+// Every Node reachable from `stack` through next edges, each once; calls visit(node) on each
+// and returns them.
+template <typename Visit>
+absl::flat_hash_set<const autograd::Node*> WalkNodes(
+    std::vector<std::shared_ptr<autograd::Node>> stack, Visit&& visit) {
   absl::flat_hash_set<const autograd::Node*> seen;
-  std::vector<std::shared_ptr<autograd::Node>> stack;
-  for (const Tensor& root : roots) {
-    if (auto fn = autograd::GradientEdge(root).function) stack.push_back(std::move(fn));
-  }
   while (!stack.empty()) {
     std::shared_ptr<autograd::Node> node = std::move(stack.back());
     stack.pop_back();
     if (!seen.insert(node.get()).second) continue;
+    visit(*node);
     for (const autograd::Edge& edge : node->next_edges()) {
       if (edge.is_valid()) stack.push_back(edge.function);
     }
   }
   return seen;
+}
+
+// Every Node reachable from the roots' gradient edges: what a backward from them can reach.
+absl::flat_hash_set<const autograd::Node*> ReachableNodes(const TensorList& roots) {
+  std::vector<std::shared_ptr<autograd::Node>> stack;
+  for (const Tensor& root : roots) {
+    if (auto fn = autograd::GradientEdge(root).function) stack.push_back(std::move(fn));
+  }
+  return WalkNodes(std::move(stack), [](const autograd::Node&) {});
 }
 
 }  // namespace
@@ -331,7 +364,7 @@ class Interpreter {
       // Slots: the leaves, then the ops' outputs (the top level has no formal inputs).
       recorded->values_.resize(static_cast<size_t>(recorded->slots_->num_values));
       for (size_t i = 0; i < graph.leaves.size(); ++i) {
-        recorded->values_[i] = MakeLeafValue(graph.leaves[i]);
+        recorded->values_[i] = MakeLeafValue(graph.leaves[i], recorded->slots_->writes_in_place);
       }
       recorded->num_nodes_ =
           RunOps(shared_graph, *recorded->slots_, "", program, recorded->values_);
@@ -430,6 +463,27 @@ absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::RecordValidated(
 absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(
     const Graph& graph, const Limits& limits, std::shared_ptr<CancellationToken> cancel) {
   return Record(std::make_shared<const Graph>(graph), limits, std::move(cancel));
+}
+
+// Note [Cycles through in-place writes]
+// A Node keeps a tensor it saved that is not its own output as that tensor itself (Note [Saved
+// versions]). When an in-place op later writes the tensor with an operand computed from that
+// Node's output (p = s * s; s.add_(p)), the tensor's new grad_fn reaches the Node, which holds
+// the tensor: a cycle of references that would keep the whole recorded graph, and the memory
+// charged to the request, alive after the request (in PyTorch the same cycle waits for the
+// garbage collector). The saved tensor can never be unpacked again (its version moved), so a
+// graph that wrote in place frees every saved tensor of its Nodes when it goes, which breaks
+// any such cycle; graphs without in-place ops skip the walk.
+RecordedGraph::~RecordedGraph() {
+  if (slots_ == nullptr || !slots_->writes_in_place) return;
+  std::vector<std::shared_ptr<autograd::Node>> nodes;
+  for (const Tensor& value : values_) {
+    if (value.defined() && value.grad_fn() != nullptr) nodes.push_back(value.grad_fn());
+  }
+  WalkNodes(std::move(nodes), [](autograd::Node& node) {
+    MutexLock lock(&node.mutex());
+    node.release_variables();
+  });
 }
 
 absl::StatusOr<CallResult> RecordedGraph::Backward(const BackwardCall& call) {

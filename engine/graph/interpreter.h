@@ -82,6 +82,10 @@ class RecordedGraph {
       std::shared_ptr<const Graph> graph, std::shared_ptr<const ValueSlots> slots,
       const Limits& limits, std::shared_ptr<CancellationToken> cancel = nullptr);
 
+  // Frees the saved tensors of a graph that wrote in place (Note [Cycles through in-place
+  // writes] in interpreter.cc).
+  ~RecordedGraph();
+
   // Runs one backward call.
   absl::StatusOr<CallResult> Backward(const BackwardCall& call);
 

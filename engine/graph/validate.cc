@@ -94,6 +94,7 @@ class Validator {
             !s.ok()) {
           return s;
         }
+        slots.writes_in_place |= body_slots->writes_in_place;
         slots.bodies.emplace(op.body.get(), std::move(body_slots));
       }
       for (const std::string& output : op.outputs) {
@@ -226,6 +227,19 @@ class Validator {
             Quote(op.inputs[0]), "; hook the checkpoint's input outside the checkpoint"));
       }
     }
+    // Note [Graph values]: an in-place op inside a checkpoint body writes only values the body
+    // computes. Its formal inputs are the caller's values, which the body's first run (without
+    // history) would change under the recomputation, and its leaves persist across runs.
+    if (depth > 0 && schema->in_place && !op.inputs.empty()) {
+      auto it = slots.by_name.find(op.inputs[0]);
+      if (it != slots.by_name.end() && static_cast<size_t>(it->second) < given) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "an in-place op inside a checkpoint body must write a value an op of the body "
+            "computes, not its input or leaf ",
+            Quote(op.inputs[0]), "; write into a copy, or outside the checkpoint"));
+      }
+    }
+    if (schema->in_place) slots.writes_in_place = true;
     if (is_checkpoint != (op.body != nullptr)) {
       return absl::InvalidArgumentError(is_checkpoint ? "checkpoint needs a body"
                                                       : "only checkpoint takes a body");
@@ -237,7 +251,9 @@ class Validator {
     size_t num_outputs = static_cast<size_t>(schema->num_outputs);
     if (op.op == kGradOp) num_outputs = op.attrs.GetStrings("wrt").size();
     if (is_checkpoint) num_outputs = op.body->outputs.size();
-    if (op.outputs.size() != num_outputs) {
+    // An in-place op may leave its output unnamed (Note [Graph values]).
+    const bool unnamed_in_place = schema->in_place && op.outputs.empty();
+    if (op.outputs.size() != num_outputs && !unnamed_in_place) {
       return absl::InvalidArgumentError(absl::StrCat(
           op.op, " produces ", num_outputs, " output(s), but the op names ", op.outputs.size()));
     }

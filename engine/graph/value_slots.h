@@ -41,6 +41,9 @@ struct ValueSlots {
   std::vector<const ops::OpSchema*> schemas;
   // Every name's slot. The keys view the graph's strings: the graph must outlive this.
   absl::flat_hash_map<absl::string_view, int64_t> by_name;
+  // Whether an op of the graph, or of a body it holds, writes in place (Note [Leaves written
+  // in place] in interpreter.cc).
+  bool writes_in_place = false;
   // The slots of each checkpoint body the graph's ops hold, by the body's address.
   absl::flat_hash_map<const Graph*, std::unique_ptr<const ValueSlots>> bodies;
 };

@@ -14,6 +14,7 @@
 #include "engine/kernels/functors.h"
 #include "engine/kernels/op_kernels.h"
 #include "engine/ops/broadcast.h"
+#include "engine/ops/inplace.h"
 #include "engine/ops/op_registry.h"
 #include "engine/ops/record.h"
 #include "engine/util/quote.h"
@@ -107,19 +108,36 @@ struct CastResult {
 // and double only (the caller has made sure the dtype is floating). fn is a functor struct
 // (Note [Kernels for every device]).
 template <bool kFloatingOnly, typename Fn, typename... Ts>
-Tensor MapSameDType(absl::Span<const int64_t> shape, const Fn& fn, const Ts&... ins) {
-  const Tensor& first = std::get<0>(std::forward_as_tuple(ins...));
-  Tensor out = Tensor::Empty(shape, first.dtype(), first.device());
+void MapOnto(const Tensor& out, const Fn& fn, const Ts&... ins) {
   auto run = [&](auto tag) {
     using T = decltype(tag);
     MapKernel<T, Same<Ts, T>...>(out, CastResult<T, Fn>{fn}, ins...);
   };
   if constexpr (kFloatingOnly) {
-    DispatchFloating(first.dtype(), run);
+    DispatchFloating(out.dtype(), run);
   } else {
-    DispatchNumeric(first.dtype(), run);
+    DispatchNumeric(out.dtype(), run);
   }
+}
+
+template <bool kFloatingOnly, typename Fn, typename... Ts>
+Tensor MapSameDType(absl::Span<const int64_t> shape, const Fn& fn, const Ts&... ins) {
+  const Tensor& first = std::get<0>(std::forward_as_tuple(ins...));
+  Tensor out = Tensor::Empty(shape, first.dtype(), first.device());
+  MapOnto<kFloatingOnly>(out, fn, ins...);
   return out;
+}
+
+// MapSameDType, or, for an in-place op `op` (into: its self, Note [In-place ops]), the same
+// map written over *into, whose version it bumps. Returns the tensor written.
+template <bool kFloatingOnly, typename Fn, typename... Ts>
+Tensor MapSameDTypeInto(const Tensor* into, const char* op, absl::Span<const int64_t> shape,
+                        const Fn& fn, const Ts&... ins) {
+  if (into == nullptr) return MapSameDType<kFloatingOnly>(shape, fn, ins...);
+  CheckInPlaceResult(op, *into, shape, std::get<0>(std::forward_as_tuple(ins...)).dtype());
+  MapOnto<kFloatingOnly>(*into, fn, ins...);
+  into->BumpVersion();
+  return *into;
 }
 
 // The fused backward loops: same-shape floating operands. The result is written over grad when
@@ -264,17 +282,20 @@ struct Affine {
   }
 };
 
+// into: an in-place op's self (Note [In-place ops]); null for a new output.
 Tensor AddImpl(const char* op, const char* node_name, const Tensor& input, const Tensor& other,
-               double alpha) {
+               double alpha, const Tensor* into = nullptr) {
   Promoted p = Promote(op, "input", input, "other", other);
   if (p.dtype == DType::kBool) {
+    GS_CHECK_ARG(into == nullptr, op, ": bool operands are not supported in place");
     // bool + bool is logical or, as in PyTorch: add as int64 and read back as bool.
     return AddImpl(op, node_name, input.To(DType::kInt64), other.To(DType::kInt64), alpha)
         .To(DType::kBool);
   }
   CheckIntegralAlpha(op, p.dtype, alpha);
-  Tensor out = alpha == 1 ? MapSameDType<false>(p.shape, Plus{}, p.input, p.other)
-                          : MapSameDType<false>(p.shape, PlusScaled{alpha}, p.input, p.other);
+  Tensor out =
+      alpha == 1 ? MapSameDTypeInto<false>(into, op, p.shape, Plus{}, p.input, p.other)
+                 : MapSameDTypeInto<false>(into, op, p.shape, PlusScaled{alpha}, p.input, p.other);
   if (auto node = Record(out, {p.input, p.other}, node_name, &AddFormula)) {
     node->scalars[0] = alpha;
     node->shapes = {p.input.shape(), p.other.shape()};
@@ -284,10 +305,10 @@ Tensor AddImpl(const char* op, const char* node_name, const Tensor& input, const
 
 // input * s1 + s0 for a float scalar, recording ScaleFormula with the given factor.
 Tensor AffineScalar(const char* op, const char* node_name, const Tensor& input, double scale,
-                    double shift) {
+                    double shift, const Tensor* into = nullptr) {
   Tensor x = WithFloatScalar(op, input);
-  Tensor out = scale == 1 ? MapSameDType<true>(x.shape(), Shift{shift}, x)
-                          : MapSameDType<true>(x.shape(), Affine{scale, shift}, x);
+  Tensor out = scale == 1 ? MapSameDTypeInto<true>(into, op, x.shape(), Shift{shift}, x)
+                          : MapSameDTypeInto<true>(into, op, x.shape(), Affine{scale, shift}, x);
   if (auto node = Record(out, {x}, node_name, &ScaleFormula)) node->scalars[0] = scale;
   return out;
 }
@@ -337,21 +358,27 @@ TensorList MulFormula(const ElementwiseBackward& n, const Tensor& g) {
   return r;
 }
 
-}  // namespace
-
-Tensor mul(const Tensor& input, const Tensor& other) {
-  Promoted p = Promote("mul", "input", input, "other", other);
+// mul and mul_ (into: self, Note [In-place ops]).
+Tensor MulImpl(const char* op, const Tensor& input, const Tensor& other, const Tensor* into) {
+  Promoted p = Promote(op, "input", input, "other", other);
   if (p.dtype == DType::kBool) {
+    GS_CHECK_ARG(into == nullptr, op, ": bool operands are not supported in place");
     // bool * bool is logical and.
     return mul(input.To(DType::kInt64), other.To(DType::kInt64)).To(DType::kBool);
   }
-  Tensor out = MapSameDType<false>(p.shape, Times{}, p.input, p.other);
+  Tensor out = MapSameDTypeInto<false>(into, op, p.shape, Times{}, p.input, p.other);
   if (auto node = Record(out, {p.input, p.other}, "MulBackward0", &MulFormula)) {
     if (node->Needs(1)) node->saved[0] = SavedVariable(p.input, false);
     if (node->Needs(0)) node->saved[1] = SavedVariable(p.other, false);
     node->shapes = {p.input.shape(), p.other.shape()};
   }
   return out;
+}
+
+}  // namespace
+
+Tensor mul(const Tensor& input, const Tensor& other) {
+  return MulImpl("mul", input, other, nullptr);
 }
 
 Tensor mul(const Tensor& input, double other) {
@@ -405,16 +432,15 @@ TensorList DivScalarFormula(const ElementwiseBackward& n, const Tensor& g) {
   return {div(g, n.scalars[0])};
 }
 
-}  // namespace
-
-Tensor div(const Tensor& input, const Tensor& other) {
-  CheckInput("div", "input", input);
-  CheckInput("div", "other", other);
+// div and div_ (into: self, Note [In-place ops]).
+Tensor DivImpl(const char* op, const Tensor& input, const Tensor& other, const Tensor* into) {
+  CheckInput(op, "input", input);
+  CheckInput(op, "other", other);
   // True division: integers and bools divide as float32 (they carry no gradient).
   const bool integral = !IsFloating(ResultType({&input, &other}));
-  Promoted p = integral ? Promote("div", "input", AsFloating(input), "other", AsFloating(other))
-                        : Promote("div", "input", input, "other", other);
-  Tensor out = MapSameDType<true>(p.shape, Divide{}, p.input, p.other);
+  Promoted p = integral ? Promote(op, "input", AsFloating(input), "other", AsFloating(other))
+                        : Promote(op, "input", input, "other", other);
+  Tensor out = MapSameDTypeInto<true>(into, op, p.shape, Divide{}, p.input, p.other);
   if (auto node = Record(out, {p.input, p.other}, "DivBackward0", &DivFormula)) {
     if (node->Needs(1)) node->saved[0] = SavedVariable(p.input, false);
     node->saved[1] = SavedVariable(p.other, false);
@@ -423,11 +449,21 @@ Tensor div(const Tensor& input, const Tensor& other) {
   return out;
 }
 
-Tensor div(const Tensor& input, double other) {
-  Tensor x = WithFloatScalar("div", input);
-  Tensor out = MapSameDType<true>(x.shape(), DivideBy{other}, x);
+Tensor DivScalarImpl(const char* op, const Tensor& input, double other, const Tensor* into) {
+  Tensor x = WithFloatScalar(op, input);
+  Tensor out = MapSameDTypeInto<true>(into, op, x.shape(), DivideBy{other}, x);
   if (auto node = Record(out, {x}, "DivBackward0", &DivScalarFormula)) node->scalars[0] = other;
   return out;
+}
+
+}  // namespace
+
+Tensor div(const Tensor& input, const Tensor& other) {
+  return DivImpl("div", input, other, nullptr);
+}
+
+Tensor div(const Tensor& input, double other) {
+  return DivScalarImpl("div", input, other, nullptr);
 }
 
 // --- pow ---
@@ -609,13 +645,15 @@ enum class Save { kNothing, kInput, kResult };
 // kFloating: the op is floating by nature (ints and bools compute as float32); otherwise it
 // keeps int64 and refuses bool. Returns the recorded node through *node if asked (ops with
 // parameters set its scalars).
+// into: an in-place op's self (Note [In-place ops]), written instead of a new output.
 template <bool kFloating, typename Fn>
 Tensor Unary(const char* op, const char* node_name, Formula formula, Save save, const Tensor& input,
-             const Fn& fn, std::shared_ptr<ElementwiseBackward>* node_out = nullptr) {
+             const Fn& fn, std::shared_ptr<ElementwiseBackward>* node_out = nullptr,
+             const Tensor* into = nullptr) {
   CheckInput(op, "input", input);
   if constexpr (!kFloating) RequireNotBool(op, "input", input);
   const Tensor x = kFloating ? AsFloating(input) : input;
-  Tensor out = MapSameDType<kFloating>(x.shape(), fn, x);
+  Tensor out = MapSameDTypeInto<kFloating>(into, op, x.shape(), fn, x);
   if (auto node = Record(out, {x}, node_name, formula)) {
     if (save == Save::kInput) node->saved[0] = SavedVariable(x, false);
     if (save == Save::kResult) node->saved[0] = SavedVariable(out, true);
@@ -1053,25 +1091,35 @@ Tensor softplus(const Tensor& input, double beta, double threshold) {
   return out;
 }
 
-Tensor clamp(const Tensor& input, std::optional<double> min, std::optional<double> max,
-             bool integral_bounds) {
-  GS_CHECK_ARG(min.has_value() || max.has_value(),
-               "clamp: at least one of min and max must be given");
-  CheckInput("clamp", "input", input);
-  RequireNotBool("clamp", "input", input);
+namespace {
+
+// clamp and clamp_ (into: self, Note [In-place ops]).
+Tensor ClampImpl(const char* op, const Tensor& input, std::optional<double> min,
+                 std::optional<double> max, bool integral_bounds, const Tensor* into) {
+  GS_CHECK_ARG(min.has_value() || max.has_value(), op,
+               ": at least one of min and max must be given");
+  CheckInput(op, "input", input);
+  RequireNotBool(op, "input", input);
   constexpr double kInf = std::numeric_limits<double>::infinity();
   const double lo = min.value_or(-kInf);
   const double hi = max.value_or(kInf);
   if (input.dtype() == DType::kInt64 && integral_bounds) {
     const int64_t ilo = min ? static_cast<int64_t>(*min) : std::numeric_limits<int64_t>::min();
     const int64_t ihi = max ? static_cast<int64_t>(*max) : std::numeric_limits<int64_t>::max();
-    return MapSameDType<false>(input.shape(), ClampInt{ilo, ihi}, input);
+    return MapSameDTypeInto<false>(into, op, input.shape(), ClampInt{ilo, ihi}, input);
   }
   std::shared_ptr<ElementwiseBackward> node;
-  Tensor out = Unary<true>("clamp", "ClampBackward1", &ClampFormula, Save::kInput, input,
-                           Clamp{lo, hi}, &node);
+  Tensor out = Unary<true>(op, "ClampBackward1", &ClampFormula, Save::kInput, input, Clamp{lo, hi},
+                           &node, into);
   if (node) node->scalars = {lo, hi};
   return out;
+}
+
+}  // namespace
+
+Tensor clamp(const Tensor& input, std::optional<double> min, std::optional<double> max,
+             bool integral_bounds) {
+  return ClampImpl("clamp", input, min, max, integral_bounds, nullptr);
 }
 
 // --- where ---
@@ -1136,6 +1184,180 @@ Tensor to(const Tensor& input, DType dtype) {
     if (auto node = Record(out, {input}, "ToCopyBackward0", &ToFormula)) {
       node->variant = static_cast<int>(input.dtype());
     }
+  }
+  return out;
+}
+
+// --- In-place forms (Note [In-place ops]) ---
+
+namespace {
+
+// The in-place form of a unary op: self is written; a formula that reads the input (kInput)
+// gets a copy of self from before the write.
+template <bool kFloating, typename Fn>
+Tensor UnaryInPlace(const char* op, const char* node_name, Formula formula, Save save,
+                    const Tensor& self, const Fn& fn) {
+  CheckInPlace(op, self, {});
+  const Tensor input = OriginalSelf(self, save == Save::kInput && ShouldRecordAny({self}));
+  return Unary<kFloating>(op, node_name, formula, save, input, fn, nullptr, &self);
+}
+
+// An operand of an in-place op as it reads: a copy when it shares self's elements, which the
+// write changes under it (x.mul_(x)).
+Tensor Operand(const Tensor& other, const Tensor& self) {
+  return OriginalSelf(other, SharesElements(other, self));
+}
+
+// Sets every element to the same value: no gradient flows back to the old value.
+TensorList ZerosFormula(const ElementwiseBackward& n, const Tensor& g) {
+  TensorList r(n.num_outputs());
+  if (n.Needs(0)) r[0] = Tensor::Zeros(g.shape(), g.dtype(), g.device());
+  return r;
+}
+
+// copy_: none to self's old value; to src, g summed to its shape in its dtype (variant).
+TensorList CopyFormula(const ElementwiseBackward& n, const Tensor& g) {
+  TensorList r = ZerosFormula(n, g);
+  if (n.Needs(1)) r[1] = to(sum_to(g, n.shapes[1]), static_cast<DType>(n.variant));
+  return r;
+}
+
+// saved[0]: the mask. None where it was filled.
+TensorList MaskedFillFormula(const ElementwiseBackward& n, const Tensor& g) {
+  return {where(n.Saved(0), ZeroLike0d(g), g)};
+}
+
+// value where the mask is set, else v.
+struct FillWhere {
+  double value;
+  template <typename T>
+  GS_HOST_DEVICE T operator()(bool c, T v) const {
+    return c ? static_cast<T>(value) : v;
+  }
+};
+
+// Writes `value` everywhere into self (fill_, zero_).
+Tensor FillImpl(const char* op, const char* node_name, const Tensor& self, double value) {
+  CheckInPlace(op, self, {});
+  Fill(self, value);
+  self.BumpVersion();
+  Tensor out = self;
+  Record(out, {self}, node_name, &ZerosFormula);
+  return out;
+}
+
+}  // namespace
+
+Tensor add_(const Tensor& self, const Tensor& other, double alpha) {
+  CheckInPlace("add_", self, {other});
+  return AddImpl("add_", "AddBackward0", self, Operand(other, self), alpha, &self);
+}
+
+Tensor add_(const Tensor& self, double other, double alpha) {
+  CheckInPlace("add_", self, {});
+  return AffineScalar("add_", "AddBackward0", self, 1, alpha * other, &self);
+}
+
+Tensor sub_(const Tensor& self, const Tensor& other, double alpha) {
+  CheckInPlace("sub_", self, {other});
+  RequireNotBool("sub_", "other", other);
+  return AddImpl("sub_", "SubBackward0", self, Operand(other, self), -alpha, &self);
+}
+
+Tensor sub_(const Tensor& self, double other, double alpha) {
+  CheckInPlace("sub_", self, {});
+  return AffineScalar("sub_", "SubBackward0", self, 1, -alpha * other, &self);
+}
+
+Tensor mul_(const Tensor& self, const Tensor& other) {
+  CheckInPlace("mul_", self, {other});
+  const Tensor o = Operand(other, self);
+  // MulBackward0 saves the input for the other's gradient.
+  const bool saves_self = ShouldRecordAny({self, o}) && o.requires_grad();
+  return MulImpl("mul_", OriginalSelf(self, saves_self), o, &self);
+}
+
+Tensor mul_(const Tensor& self, double other) {
+  CheckInPlace("mul_", self, {});
+  return AffineScalar("mul_", "MulBackward0", self, other, 0, &self);
+}
+
+Tensor div_(const Tensor& self, const Tensor& other) {
+  CheckInPlace("div_", self, {other});
+  const Tensor o = Operand(other, self);
+  // DivBackward0 saves the input for the other's gradient.
+  const bool saves_self = ShouldRecordAny({self, o}) && o.requires_grad();
+  return DivImpl("div_", OriginalSelf(self, saves_self), o, &self);
+}
+
+Tensor div_(const Tensor& self, double other) {
+  CheckInPlace("div_", self, {});
+  return DivScalarImpl("div_", self, other, &self);
+}
+
+Tensor tanh_(const Tensor& self) {
+  return UnaryInPlace<true>("tanh_", "TanhBackward0", &TanhFormula, Save::kResult, self, TanhOf{});
+}
+
+Tensor sigmoid_(const Tensor& self) {
+  return UnaryInPlace<true>("sigmoid_", "SigmoidBackward0", &SigmoidFormula, Save::kResult, self,
+                            SigmoidOf{});
+}
+
+Tensor relu_(const Tensor& self) {
+  return UnaryInPlace<false>("relu_", "ReluBackward0", &ReluFormula, Save::kResult, self, ReluOf{});
+}
+
+Tensor clamp_(const Tensor& self, std::optional<double> min, std::optional<double> max,
+              bool integral_bounds) {
+  CheckInPlace("clamp_", self, {});
+  // ClampBackward1 saves the input.
+  return ClampImpl("clamp_", OriginalSelf(self, ShouldRecordAny({self})), min, max, integral_bounds,
+                   &self);
+}
+
+Tensor fill_(const Tensor& self, double value) {
+  // PyTorch's name: fill_.Scalar is the third of fill's overloads.
+  return FillImpl("fill_", "FillBackward2", self, value);
+}
+
+Tensor zero_(const Tensor& self) { return FillImpl("zero_", "ZeroBackward0", self, 0); }
+
+Tensor copy_(const Tensor& self, const Tensor& src) {
+  CheckInPlace("copy_", self, {src});
+  CheckInput("copy_", "src", src);
+  RequireSameDevice("copy_", "self", self, "src", src);
+  CheckInPlaceResult("copy_", self, BroadcastShapesOrThrow("copy_", self.shape(), src.shape()),
+                     self.dtype());
+  const Tensor s = Operand(src, self);
+  CopyInto(self, broadcast_to(s.detach(), self.shape()));
+  self.BumpVersion();
+  Tensor out = self;
+  if (auto node = Record(out, {self, s}, "CopyBackwards", &CopyFormula)) {
+    node->shapes[1] = s.shape();
+    node->variant = static_cast<int>(s.dtype());
+  }
+  return out;
+}
+
+Tensor masked_fill_(const Tensor& self, const Tensor& mask, double value) {
+  CheckInPlace("masked_fill_", self, {mask});
+  CheckInput("masked_fill_", "mask", mask);
+  GS_CHECK_ARG(mask.dtype() == DType::kBool, "masked_fill_: mask must be bool, got ",
+               DTypeName(mask.dtype()));
+  RequireSameDevice("masked_fill_", "self", self, "mask", mask);
+  CheckInPlaceResult("masked_fill_", self,
+                     BroadcastShapesOrThrow("masked_fill_", self.shape(), mask.shape()),
+                     self.dtype());
+  const Tensor m = Operand(mask, self);
+  DispatchDType(self.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    MapKernel<T, bool, T>(self, FillWhere{value}, m, self);
+  });
+  self.BumpVersion();
+  Tensor out = self;
+  if (auto node = Record(out, {self}, "MaskedFillBackward0", &MaskedFillFormula)) {
+    node->saved[0] = SavedVariable(m, false);
   }
   return out;
 }
@@ -1250,6 +1472,93 @@ void RegisterArithmetic(OpRegistry& registry) {
       1));
 }
 
+// The in-place forms: the schemas of their out-of-place ops with "self" first.
+void RegisterInPlace(OpRegistry& registry) {
+  const AttrSpec alpha{"alpha", AttrType::kFloat, false, "multiplier of other (default 1)"};
+  auto add = [&](OpSchema schema) {
+    schema.in_place = true;
+    registry.Add(std::move(schema));
+  };
+  add(MakeSchema(
+      "add_", "self += alpha * other, in place", {"self", "other"},
+      {ScalarOperandAttr("other"), alpha}, kNumericDTypes,
+      [](const TensorList& in, const Attrs& attrs) {
+        const double a = attrs.GetFloat("alpha", 1);
+        return RunWithOperand(
+            "add_", "other", in, attrs, [&](const Tensor& o) { return add_(in[0], o, a); },
+            [&](double o) { return add_(in[0], o, a); });
+      },
+      1));
+  add(MakeSchema(
+      "sub_", "self -= alpha * other, in place", {"self", "other"},
+      {ScalarOperandAttr("other"), alpha}, kNumericDTypes,
+      [](const TensorList& in, const Attrs& attrs) {
+        const double a = attrs.GetFloat("alpha", 1);
+        return RunWithOperand(
+            "sub_", "other", in, attrs, [&](const Tensor& o) { return sub_(in[0], o, a); },
+            [&](double o) { return sub_(in[0], o, a); });
+      },
+      1));
+  add(MakeSchema(
+      "mul_", "self *= other, in place", {"self", "other"}, {ScalarOperandAttr("other")},
+      kNumericDTypes,
+      [](const TensorList& in, const Attrs& attrs) {
+        return RunWithOperand(
+            "mul_", "other", in, attrs, [&](const Tensor& o) { return mul_(in[0], o); },
+            [&](double o) { return mul_(in[0], o); });
+      },
+      1));
+  add(MakeSchema(
+      "div_", "self /= other (true division), in place; self floating", {"self", "other"},
+      {ScalarOperandAttr("other")}, kFloatingDTypes,
+      [](const TensorList& in, const Attrs& attrs) {
+        return RunWithOperand(
+            "div_", "other", in, attrs, [&](const Tensor& o) { return div_(in[0], o); },
+            [&](double o) { return div_(in[0], o); });
+      },
+      1));
+  struct Entry {
+    const char* name;
+    const char* doc;
+    Tensor (*fn)(const Tensor&);
+    const std::vector<DType>* dtypes;
+  };
+  const Entry entries[] = {
+      {"tanh_", "hyperbolic tangent, in place", &tanh_, &kFloatingDTypes},
+      {"sigmoid_", "1 / (1 + exp(-self)), in place", &sigmoid_, &kFloatingDTypes},
+      {"relu_", "max(self, 0), in place", &relu_, &kNumericDTypes},
+      {"zero_", "every element 0, in place", &zero_, &kAllDTypes},
+  };
+  for (const Entry& e : entries) {
+    Tensor (*fn)(const Tensor&) = e.fn;
+    add(MakeSchema(e.name, e.doc, {"self"}, {}, *e.dtypes,
+                   [fn](const TensorList& in, const Attrs&) { return TensorList{fn(in[0])}; }));
+  }
+  add(MakeSchema("clamp_", "min(max(self, min), max), in place; at least one bound", {"self"},
+                 {{"min", AttrType::kFloat, false, "lower bound (default none)"},
+                  {"max", AttrType::kFloat, false, "upper bound (default none)"}},
+                 kNumericDTypes, [](const TensorList& in, const Attrs& attrs) {
+                   const bool integral = (!attrs.has("min") || IsIntAttr(attrs, "min")) &&
+                                         (!attrs.has("max") || IsIntAttr(attrs, "max"));
+                   return TensorList{clamp_(in[0], attrs.GetOptionalFloat("min"),
+                                            attrs.GetOptionalFloat("max"), integral)};
+                 }));
+  add(MakeSchema("fill_", "every element value, in place", {"self"},
+                 {{"value", AttrType::kFloat, true, "the value"}}, kAllDTypes,
+                 [](const TensorList& in, const Attrs& attrs) {
+                   return TensorList{fill_(in[0], attrs.GetFloat("value"))};
+                 }));
+  add(MakeSchema("copy_", "self = src (broadcast and converted to self), in place", {"self", "src"},
+                 {}, kAllDTypes, [](const TensorList& in, const Attrs&) {
+                   return TensorList{copy_(in[0], in[1])};
+                 }));
+  add(MakeSchema("masked_fill_", "value where mask (bool, broadcast) is set, in place",
+                 {"self", "mask"}, {{"value", AttrType::kFloat, true, "the value"}}, kAllDTypes,
+                 [](const TensorList& in, const Attrs& attrs) {
+                   return TensorList{masked_fill_(in[0], in[1], attrs.GetFloat("value"))};
+                 }));
+}
+
 void RegisterUnary(OpRegistry& registry) {
   struct Entry {
     const char* name;
@@ -1311,6 +1620,7 @@ void RegisterUnary(OpRegistry& registry) {
 void RegisterElementwiseOps(OpRegistry& registry) {
   RegisterArithmetic(registry);
   RegisterUnary(registry);
+  RegisterInPlace(registry);
 }
 
 }  // namespace gradserve::ops

@@ -80,6 +80,34 @@ Tensor clamp(const Tensor& input, std::optional<double> min, std::optional<doubl
 // condition ? input : other, broadcasting all three; condition must be bool. WhereBackward0.
 Tensor where(const Tensor& condition, const Tensor& input, const Tensor& other);
 
+// --- In-place forms (Note [In-place ops] in engine/ops/inplace.h). ---
+// Each writes its result into self and returns self; no new output is allocated. The result's
+// shape must be self's (only the operands broadcast to it) and its dtype self's. They record
+// the same Nodes as their out-of-place forms, plus FillBackward2, ZeroBackward0, CopyBackwards
+// and MaskedFillBackward0. With grad mode on, self must not be a leaf that requires grad, nor
+// a view when anything involved requires grad.
+
+Tensor add_(const Tensor& self, const Tensor& other, double alpha = 1);
+Tensor add_(const Tensor& self, double other, double alpha = 1);
+Tensor sub_(const Tensor& self, const Tensor& other, double alpha = 1);
+Tensor sub_(const Tensor& self, double other, double alpha = 1);
+Tensor mul_(const Tensor& self, const Tensor& other);
+Tensor mul_(const Tensor& self, double other);
+Tensor div_(const Tensor& self, const Tensor& other);
+Tensor div_(const Tensor& self, double other);
+Tensor tanh_(const Tensor& self);
+Tensor sigmoid_(const Tensor& self);
+Tensor relu_(const Tensor& self);
+Tensor clamp_(const Tensor& self, std::optional<double> min, std::optional<double> max,
+              bool integral_bounds = false);
+// Every element set to value (converted to self's dtype).
+Tensor fill_(const Tensor& self, double value);
+Tensor zero_(const Tensor& self);
+// self = src, src broadcast to self's shape and converted to its dtype; gradients flow to src.
+Tensor copy_(const Tensor& self, const Tensor& src);
+// value where mask (bool, broadcast to self's shape) is set.
+Tensor masked_fill_(const Tensor& self, const Tensor& mask, double value);
+
 // input converted to dtype (Tensor.to(dtype)); input itself if it already has it. Differentiable
 // between floating dtypes: ToCopyBackward0 converts the gradient back.
 Tensor to(const Tensor& input, DType dtype);

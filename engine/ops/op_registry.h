@@ -35,6 +35,10 @@ struct OpSchema {
   // bias).
   int optional_inputs = 0;
   int num_outputs = 1;
+  // Writes its result into its first input and returns it (add_, relu_, copy_, ...: Note
+  // [In-place ops] in engine/ops/inplace.h). A graph may leave its output unnamed: the first
+  // input's name then refers to the written tensor (Note [Graph values] in engine/graph/graph.h).
+  bool in_place = false;
   std::vector<AttrSpec> attrs;
   // The dtypes the op accepts for its tensor inputs, as a summary for server info.
   std::vector<DType> dtypes;

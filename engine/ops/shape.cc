@@ -538,6 +538,7 @@ Tensor reshape(const Tensor& input, absl::Span<const int64_t> shape) {
   Tensor out;
   if (auto strides = ViewStrides(input.shape(), input.strides(), new_shape)) {
     out = input.AsStrided(new_shape, *strides, input.storage_offset());
+    out.impl()->is_view = true;
   } else {
     const Tensor packed = input.Clone();
     out = packed.AsStrided(new_shape, ContiguousStrides(new_shape), packed.storage_offset());
@@ -558,6 +559,7 @@ Tensor transpose(const Tensor& input, int64_t dim0, int64_t dim1) {
     std::swap(strides[dim0], strides[dim1]);
   }
   Tensor out = input.AsStrided(shape, strides, input.storage_offset());
+  out.impl()->is_view = true;
   RecordIfNeeded(out, {input}, [&] { return MakeNode<TransposeBackward>(dim0, dim1); });
   return out;
 }
@@ -579,6 +581,7 @@ Tensor permute(const Tensor& input, absl::Span<const int64_t> dims) {
     strides[i] = input.strides()[d];
   }
   Tensor out = input.AsStrided(shape, strides, input.storage_offset());
+  out.impl()->is_view = true;
   RecordIfNeeded(out, {input}, [&] { return MakeNode<PermuteBackward>(std::move(inverse)); });
   return out;
 }
@@ -616,6 +619,7 @@ Tensor expand(const Tensor& input, absl::Span<const int64_t> size) {
   }
   ValueOrThrow(CheckedNumel(shape));
   Tensor out = input.AsStrided(shape, strides, input.storage_offset());
+  out.impl()->is_view = true;
   RecordIfNeeded(out, {input}, [&] { return MakeNode<ExpandBackward>(input.shape()); });
   return out;
 }
@@ -633,6 +637,7 @@ Tensor squeeze(const Tensor& input, std::optional<int64_t> dim) {
     strides.push_back(input.strides()[d]);
   }
   Tensor out = input.AsStrided(shape, strides, input.storage_offset());
+  out.impl()->is_view = true;
   RecordIfNeeded(out, {input}, [&] {
     return MakeNode<ReshapeToInputBackward>(
         dim.has_value() ? "SqueezeBackward1" : "SqueezeBackward0", input.shape());
@@ -647,6 +652,7 @@ Tensor unsqueeze(const Tensor& input, int64_t dim) {
   Strides strides = input.strides();
   strides.insert(strides.begin() + dim, stride);
   Tensor out = input.AsStrided(ShapeWith(input.shape(), dim, 1), strides, input.storage_offset());
+  out.impl()->is_view = true;
   RecordIfNeeded(out, {input}, [&] { return MakeNode<UnsqueezeBackward>(dim); });
   return out;
 }
@@ -758,6 +764,7 @@ Tensor narrow(const Tensor& input, int64_t dim, int64_t start, int64_t length) {
                begin, " exceeds dimension ", dim, " of size ", size, " (input shape ",
                ShapeToString(input.shape()), ")");
   Tensor out = NarrowView(input, dim, begin, length);
+  out.impl()->is_view = true;
   RecordIfNeeded(out, {input}, [&] {
     return MakeNode<PadBackward>("SliceBackward0", input.shape(), dim, begin, false);
   });
@@ -774,6 +781,7 @@ Tensor select(const Tensor& input, int64_t dim, int64_t index) {
                ShapeToString(input.shape()), ")");
   const int64_t at = index < 0 ? index + size : index;
   Tensor out = SelectView(input, dim, at);
+  out.impl()->is_view = true;
   RecordIfNeeded(out, {input}, [&] {
     return MakeNode<PadBackward>("SelectBackward0", input.shape(), dim, at, true);
   });

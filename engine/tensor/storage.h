@@ -3,7 +3,9 @@
 #ifndef GRADSERVE_ENGINE_TENSOR_STORAGE_H_
 #define GRADSERVE_ENGINE_TENSOR_STORAGE_H_
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "engine/device/allocator.h"
@@ -31,7 +33,18 @@ namespace gradserve {
 // block: one block fewer to allocate and free per tensor. Such bytes are 16-byte aligned, as
 // malloc's small blocks are.
 //
-// Thread safety: immutable after construction; the bytes themselves are the user's to guard.
+// Note [Version counter]
+// Every write into a tensor's elements by an in-place op (add_, copy_, ...) bumps the version
+// of its Storage, as PyTorch's VariableVersion: a SavedVariable records the version it saw and
+// refuses to give back data written since (Note [Saved versions] in
+// engine/autograd/saved_variable.h). The counter lives on the Storage because everything that
+// shares the elements shares it: a tensor, its views (narrow, select, reshape, transpose, ...)
+// and its detach()ed aliases, exactly the tensors that share PyTorch's counter. Kernels that
+// write a buffer no one else holds (Note [Reusing the gradient's buffer]) do not bump it: no
+// saved tensor can see them. Reading it is one relaxed load, all that a Node's unpack adds.
+//
+// Thread safety: immutable after construction but for the version counter, which is atomic;
+// the bytes themselves are the user's to guard.
 class Storage {
  public:
   // Throws StatusError(RESOURCE_EXHAUSTED) when the budget or the device is out of memory.
@@ -51,6 +64,9 @@ class Storage {
   Device device() const { return device_; }
   // Whether the bytes belong to another owner (Note [Adopted storage]).
   bool adopted() const { return allocator_ == nullptr; }
+  // How many in-place writes the bytes have had (Note [Version counter]).
+  uint32_t version() const { return version_.load(std::memory_order_relaxed); }
+  void BumpVersion() { version_.fetch_add(1, std::memory_order_relaxed); }
 
   static constexpr size_t kInlineBytes = 64;
 
@@ -59,6 +75,8 @@ class Storage {
 
   Allocator* const allocator_;  // null for adopted memory
   const Device device_;         // allocator_->device(), kept to spare a virtual call per use
+  // Note [Version counter]. Next to device_, in what was padding: no Storage grows.
+  std::atomic<uint32_t> version_{0};
   const size_t nbytes_;
   std::shared_ptr<MemoryBudget> budget_;
   void* data_ = nullptr;

@@ -5,9 +5,10 @@
 // never share an impl, though they may share storage (views such as detach()).
 //
 // Thread safety: the shape, dtype and storage of an impl never change after construction.
-// Element data is not guarded; the engine never writes into a tensor another thread may read
-// (see Note [Accumulating in place]). Autograd metadata is set while a graph is built (one
-// thread) and read during backward; AccumulateGrad guards .grad with its own mutex.
+// Element data is not guarded (in-place ops write it while a graph is built, on one thread); the
+// engine never writes into a tensor another thread may read (see Note [Accumulating in place]).
+// Autograd metadata is set while a graph is built (one thread) and read during backward;
+// AccumulateGrad guards .grad with its own mutex.
 
 #ifndef GRADSERVE_ENGINE_TENSOR_TENSOR_H_
 #define GRADSERVE_ENGINE_TENSOR_TENSOR_H_
@@ -38,6 +39,10 @@ struct TensorImpl {
   Shape shape;
   Strides strides;
   DType dtype;
+  // Made by a view op (narrow, select, a reshape that copies nothing, transpose, permute,
+  // expand, squeeze, unsqueeze) over another value's elements, which an in-place op on it would
+  // change too (Note [In-place ops] in engine/ops/inplace.h). Set before the tensor is shared.
+  bool is_view = false;
   int64_t numel;
   // Null until autograd needs it (requires_grad, a grad_fn, a name); made by engine/autograd
   // (Note [Autograd metadata behind an interface]).
@@ -85,6 +90,13 @@ class Tensor {
   size_t nbytes() const { return static_cast<size_t>(numel()) * ElementSize(dtype()); }
   int64_t storage_offset() const { return impl_->storage_offset; }
   bool is_contiguous() const;
+  // PyTorch's _version: how many in-place writes this tensor's elements have had, counted on
+  // the storage its views and aliases share (Note [Version counter]).
+  uint32_t version() const { return impl_->storage->version(); }
+  // Counts one in-place write; every op that writes into an existing tensor calls it.
+  void BumpVersion() const { impl_->storage->BumpVersion(); }
+  // Whether a view op made this tensor (TensorImpl::is_view).
+  bool is_view() const { return impl_->is_view; }
   const std::shared_ptr<Storage>& storage() const { return impl_->storage; }
   TensorImpl* impl() const { return impl_.get(); }
   // A weak reference to the impl, for what must not keep the tensor alive (a hook on its own
@@ -102,7 +114,8 @@ class Tensor {
   // even adding the offset to null is undefined behaviour.
   void* raw_data() const {
     char* base = static_cast<char*>(impl_->storage->data());
-    if (base == nullptr) [[unlikely]] return nullptr;
+    if (base == nullptr) [[unlikely]]
+      return nullptr;
     return base + impl_->storage_offset * static_cast<int64_t>(ElementSize(impl_->dtype));
   }
   template <typename T>

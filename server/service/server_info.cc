@@ -110,6 +110,7 @@ v1::ServerInfo DescribeServer(const ServerOptions& options) {
     op->set_variadic(schema.variadic);
     op->set_optional_inputs(schema.optional_inputs);
     op->set_num_outputs(schema.num_outputs);
+    op->set_in_place(schema.in_place);
     for (const ops::AttrSpec& spec : schema.attrs) {
       AddAttr(op, spec.name.c_str(), spec.type, spec.required, spec.doc.c_str());
     }

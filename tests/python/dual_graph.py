@@ -232,6 +232,17 @@ TORCH_OPS = {
         x, num_groups, weight, bias, eps),
     "dropout": _dropout,
     "scaled_dot_product_attention": _sdpa,
+    # In-place ops: they write and return their first input (the same torch tensor).
+    "add_": _operand(torch.Tensor.add_, "other"),
+    "sub_": _operand(torch.Tensor.sub_, "other"),
+    "mul_": _operand(torch.Tensor.mul_, "other"),
+    "div_": _operand(torch.Tensor.div_, "other"),
+    "relu_": torch.Tensor.relu_, "sigmoid_": torch.Tensor.sigmoid_, "tanh_": torch.Tensor.tanh_,
+    "clamp_": lambda x, min=None, max=None: x.clamp_(min, max),
+    "fill_": lambda x, value: x.fill_(value),
+    "zero_": torch.Tensor.zero_,
+    "copy_": torch.Tensor.copy_,
+    "masked_fill_": lambda x, mask, value: x.masked_fill_(mask, value),
 }
 
 

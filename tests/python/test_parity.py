@@ -272,6 +272,63 @@ class HandWrittenParityTest(ServerTestCase):
                 self.assertIsNone(result.calls[0][w])
                 np.testing.assert_array_equal(result.calls[1][b], np.zeros(w_shape[0]))
 
+    def test_in_place_ops(self):
+        """In-place chains as PyTorch runs them: a name refers to the written tensor."""
+        for dtype in (np.float32, np.float64):
+            with self.subTest(dtype=np.dtype(dtype).name):
+                g = DualGraph()
+                x = leaf(g, (2, 3), 40, dtype)
+                w = leaf(g, (3,), 41, dtype)
+                g.op("mul_", [w], no_grad=True, other=0.5)  # an optimizer-style update
+                c = leaf(g, (2, 3), 42, dtype, requires_grad=False)
+                mask = g.leaf(np.array([True, False, True]))
+                h = g.op("mul", [x, w])
+                g.op("add_", [h, x], alpha=0.5)
+                g.op("mul_", [h, w])
+                g.op("div_", [h, g.op("add", [w], other=2.0)])
+                g.op("sub_", [h], other=0.25)
+                g.op("clamp_", [h], min=-0.4, max=0.6)
+                g.builder.op("sigmoid_", [h], out=[])  # the unnamed form
+                g.values[h].sigmoid_()
+                k = g.op("mul", [h], other=1.0)
+                g.op("masked_fill_", [k, mask], value=0.0)
+                g.op("tanh_", [k])
+                g.op("copy_", [c, k])  # a constant leaf takes k's history
+                g.op("relu_", [c])
+                loss = g.op("sum", [g.op("mul", [c, x])])
+                g.grad_call([loss], [x, w, h])
+                self.run_dual(g, {c: g.values[c].detach().numpy(), h: g.values[h].detach().numpy()})
+
+    def test_in_place_write_of_a_saved_value_fails_as_in_pytorch(self):
+        g = DualGraph()
+        x = leaf(g, (3,), 43)
+        h = g.op("mul", [x], other=2.0)
+        s = g.op("sigmoid", [h])
+        g.op("mul_", [s], other=2.0)
+        loss = g.op("sum", [s])
+        with self.assertRaisesRegex(RuntimeError, "modified by an inplace operation"):
+            torch.autograd.grad(g.values[loss], g.values[x])
+        g.builder.backward_call([loss], {}, [x])
+        with self.assertRaises(GradserveError) as cm:
+            self.client.grad(g.builder)
+        self.assertEqual(cm.exception.code.name, "FAILED_PRECONDITION")
+        self.assertIn("modified by an inplace operation", cm.exception.message)
+        self.assertIn("SigmoidBackward0", cm.exception.message)
+        self.assertIn("is at version 1; expected version 0", cm.exception.message)
+
+    def test_in_place_on_a_leaf_that_requires_grad_is_refused_as_in_pytorch(self):
+        g = DualGraph()
+        x = leaf(g, (3,), 44)
+        with self.assertRaisesRegex(RuntimeError, "a leaf Variable that requires grad"):
+            g.values[x].relu_()
+        g.builder.op("relu_", [x], out=[])
+        g.builder.op("sum", [x], out="loss")
+        g.builder.backward_call(["loss"], {}, [x])
+        with self.assertRaises(GradserveError) as cm:
+            self.client.grad(g.builder)
+        self.assertEqual(cm.exception.code.name, "INVALID_ARGUMENT")
+        self.assertIn("a leaf Variable that requires grad", cm.exception.message)
+
     def checkpointed(self, g, inputs, build_body):
         """Records a checkpoint op over inputs; build_body(body, formal names) -> output name.
         In PyTorch the body just runs inline: a checkpoint changes memory, not gradients."""

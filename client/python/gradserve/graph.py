@@ -82,7 +82,9 @@ class GraphBuilder:
         """Adds an op.
 
         op: the op's name ("mul", "grad", "checkpoint", ...); inputs: value names in the op's
-        argument order; out: the output name, or a list of names (empty for "hook");
+        argument order; out: the output name, or a list of names (empty for "hook", and
+        allowed empty for an in-place op such as "add_", whose first input's name then refers
+        to the written tensor);
         no_grad: run with grad mode off; body: a GraphBuilder for checkpoint's sub-graph;
         attrs: the op's attributes by name.
         """
