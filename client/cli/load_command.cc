@@ -55,7 +55,9 @@ ABSL_FLAG(absl::Duration, max_duration, absl::Minutes(10),
 ABSL_FLAG(std::string, transport, "auto",
           "How grad requests travel: unary, stream (ComputeGradientsStream), or auto (stream "
           "those too large for one message).");
-ABSL_FLAG(std::string, format, "summary", "The report on stdout: summary, json or csv.");
+ABSL_FLAG(std::string, format, "summary",
+          "load: the report on stdout: summary, json or csv. info --ops: text (the default, "
+          "also 'summary') or markdown, the op reference docs/ops.md.");
 ABSL_FLAG(std::string, html, "",
           "Also write a self-contained HTML report (histogram, latency over time) here.");
 ABSL_FLAG(bool, quiet, false, "No live progress line on stderr.");
