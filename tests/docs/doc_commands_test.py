@@ -23,6 +23,8 @@ for authors in docs/design.md, "Documentation"):
   exist, and every `--flag` it is given must be one its `--help` lists; other programs
   (kubectl, docker, openssl) are only listed.
 - Output shown for comparison goes in a plain ``` block, which is never run.
+- Every relative link of a page must lead to a file that exists, and a `#anchor` into a
+  Markdown page to one of its headings (as GitHub makes anchors from headings).
 
 Usage: doc_commands_test.py --server PATH --cli PATH --build DIR [--list] [--only FILE]
   --server, --cli  the binaries under test; --build the build tree they come from
@@ -235,6 +237,39 @@ def link_tree(source, target, skip=()):
             os.symlink(os.path.join(source, entry), os.path.join(target, entry))
 
 
+def _anchor(heading):
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(path):
+    found, fenced = set(), False
+    for line in open(path, encoding="utf-8"):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            found.add(_anchor(line.lstrip("#")))
+    return found
+
+
+def broken_links(page):
+    """Problems with the relative links of one page."""
+    problems = []
+    text = open(page, encoding="utf-8").read()
+    for match in re.finditer(r"\]\(([^)\s]+)\)", text):
+        link = match.group(1)
+        if re.match(r"^[a-z]+:", link):
+            continue
+        path, _, anchor = link.partition("#")
+        target = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
+        where = os.path.relpath(page, ROOT)
+        if not os.path.exists(target):
+            problems.append(f"{where}: link to {link}: no such file")
+        elif anchor and target.endswith(".md") and anchor not in _anchors(target):
+            problems.append(f"{where}: link to {link}: no such heading")
+    return problems
+
+
 def scratch_dir(build, cli, server, address):
     """A directory that looks like a checkout whose build/release is the build under test.
 
@@ -279,6 +314,8 @@ def main():
         return 0
 
     failures, ran, checked = [], 0, 0
+    for page, _ in by_page:
+        failures += broken_links(page)
     start = time.monotonic()
     scratch = None
     try:
