@@ -55,10 +55,12 @@ ABSL_FLAG(absl::Duration, max_duration, absl::Minutes(10),
 ABSL_FLAG(std::string, transport, "auto",
           "How grad requests travel: unary, stream (ComputeGradientsStream), or auto (stream "
           "those too large for one message).");
-// Shared with `gradserve graph` (graph_command.cc), which reads the default as its own, svg.
+// Shared with `gradserve graph` (graph_command.cc), which reads the default as its own, svg,
+// and with `gradserve info --ops`.
 ABSL_FLAG(std::string, format, "summary",
           "load: the report on stdout: summary, json or csv. graph: svg (the default there), "
-          "png or dot.");
+          "png or dot. info --ops: text (the default, also 'summary') or markdown, the op "
+          "reference docs/ops.md.");
 ABSL_FLAG(std::string, trace_prefix, "",
           "Send each call with 'x-request-id: PREFIX-N' (N: the call's number), which the "
           "server writes in its log line and echoes back. Empty: none.");

@@ -18,6 +18,7 @@ std::vector<OpSchema> MakeSchemas() {
   OpSchema& grad = schemas[0];
   grad.name = std::string(kGradOp);
   grad.doc = "torch.autograd.grad inside the graph: the gradients of the inputs (roots)";
+  grad.torch = "torch.autograd.grad";
   grad.input_names = {"outputs"};
   grad.variadic = true;
   grad.num_outputs = -1;
@@ -37,6 +38,7 @@ std::vector<OpSchema> MakeSchemas() {
   OpSchema& checkpoint = schemas[1];
   checkpoint.name = std::string(kCheckpointOp);
   checkpoint.doc = "runs its body without saving anything; backward recomputes it";
+  checkpoint.torch = "torch.utils.checkpoint.checkpoint";
   checkpoint.input_names = {"inputs"};
   checkpoint.variadic = true;
   checkpoint.num_outputs = -1;
@@ -45,6 +47,7 @@ std::vector<OpSchema> MakeSchemas() {
   OpSchema& hook = schemas[2];
   hook.name = std::string(kHookOp);
   hook.doc = "changes the gradient that flows into its input during every later backward";
+  hook.torch = "Tensor.register_hook";
   hook.input_names = {"input"};
   hook.num_outputs = 0;
   hook.attrs = {
@@ -63,6 +66,7 @@ std::vector<OpSchema> MakeSchemas() {
   OpSchema& detach = schemas[3];
   detach.name = std::string(kDetachOp);
   detach.doc = "the same data with no history";
+  detach.torch = "Tensor.detach";
   detach.input_names = {"input"};
   detach.dtypes = checkpoint.dtypes;
   return schemas;

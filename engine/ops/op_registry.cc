@@ -2,9 +2,38 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "engine/ops/device_copy.h"
 
 namespace gradserve::ops {
+namespace {
+
+// Note [PyTorch equivalents]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Every op names the PyTorch function it reproduces (OpSchema::torch), which server info sends
+// and docs/ops.md lists. Most ops are torch.<name>; the ones that live elsewhere in PyTorch
+// (torch.nn.functional, Tensor methods) are listed here, so an op family's file need not say
+// it. An op that sets OpSchema::torch itself keeps its own. Read once, when the registry is
+// sealed; nothing on a request's path reads it.
+const absl::flat_hash_map<absl::string_view, absl::string_view>& TorchElsewhere() {
+  static const auto* const names = new absl::flat_hash_map<absl::string_view, absl::string_view>{
+      {"conv2d", "torch.nn.functional.conv2d"},
+      {"cross_entropy", "torch.nn.functional.cross_entropy"},
+      {"embedding", "torch.nn.functional.embedding"},
+      {"expand", "Tensor.expand"},
+      {"gelu", "torch.nn.functional.gelu"},
+      {"layer_norm", "torch.nn.functional.layer_norm"},
+      {"mse_loss", "torch.nn.functional.mse_loss"},
+      {"nll_loss", "torch.nn.functional.nll_loss"},
+      {"softplus", "torch.nn.functional.softplus"},
+      {"to", "Tensor.to"},
+      {"view", "Tensor.view"},
+  };
+  return *names;
+}
+
+}  // namespace
 
 const OpRegistry& OpRegistry::Get() {
   static const OpRegistry* const registry = [] {
@@ -25,7 +54,14 @@ const OpRegistry& OpRegistry::Get() {
 void OpRegistry::Seal() {
   std::sort(ops_.begin(), ops_.end(),
             [](const OpSchema& a, const OpSchema& b) { return a.name < b.name; });
-  for (const OpSchema& op : ops_) by_name_.emplace(op.name, &op);
+  for (OpSchema& op : ops_) {
+    if (op.torch.empty()) {
+      auto it = TorchElsewhere().find(op.name);
+      op.torch =
+          it != TorchElsewhere().end() ? std::string(it->second) : absl::StrCat("torch.", op.name);
+    }
+    by_name_.emplace(op.name, &op);
+  }
 }
 
 const OpSchema* OpRegistry::Find(absl::string_view name) const {

@@ -27,6 +27,10 @@ struct AttrSpec {
 struct OpSchema {
   std::string name;  // PyTorch's name: "add", "log_softmax", ...
   std::string doc;   // one line
+  // PyTorch's equivalent ("torch.add", "torch.nn.functional.conv2d", "Tensor.to"), for server
+  // info and docs/ops.md. Seal() fills it from Note [PyTorch equivalents] when an op leaves it
+  // empty; nothing on a request's path reads it.
+  std::string torch = {};
   // Input names in order (PyTorch's argument names: "input", "other", "weight", ...). If
   // variadic, the op takes one or more inputs (cat, stack) and input_names has one entry.
   std::vector<std::string> input_names;

@@ -23,10 +23,11 @@ void AddAttr(v1::OpInfo* op, const char* name, ops::AttrType type, bool required
   a->set_doc(doc);
 }
 
-v1::OpInfo* AddGraphOp(v1::ServerInfo* info, const char* name, const char* doc,
+v1::OpInfo* AddGraphOp(v1::ServerInfo* info, const char* name, const char* torch, const char* doc,
                        std::vector<const char*> inputs, bool variadic, int num_outputs) {
   v1::OpInfo* op = info->add_ops();
   op->set_name(name);
+  op->set_torch(torch);
   op->set_doc(doc);
   for (const char* input : inputs) op->add_inputs(input);
   op->set_variadic(variadic);
@@ -39,7 +40,7 @@ v1::OpInfo* AddGraphOp(v1::ServerInfo* info, const char* name, const char* doc,
 // The ops with graph-level meaning, as engine/graph/graph.h's Note [Graph values] defines them.
 void AddGraphOps(v1::ServerInfo* info) {
   using ops::AttrType;
-  v1::OpInfo* grad = AddGraphOp(info, "grad",
+  v1::OpInfo* grad = AddGraphOp(info, "grad", "torch.autograd.grad",
                                 "torch.autograd.grad inside the graph: gradients of the roots "
                                 "(inputs) with respect to wrt, one output per wrt",
                                 {"roots"}, true, -1);
@@ -50,12 +51,12 @@ void AddGraphOps(v1::ServerInfo* info) {
   AddAttr(grad, "allow_unused", AttrType::kBool, false, "default false");
   AddAttr(grad, "materialize_grads", AttrType::kBool, false, "default false");
 
-  AddGraphOp(info, "checkpoint",
+  AddGraphOp(info, "checkpoint", "torch.utils.checkpoint.checkpoint",
              "runs Op.body without saving tensors; its backward recomputes it (inputs bound to "
              "body.inputs, outputs to body.outputs)",
              {"inputs"}, true, -1);
 
-  v1::OpInfo* hook = AddGraphOp(info, "hook",
+  v1::OpInfo* hook = AddGraphOp(info, "hook", "Tensor.register_hook",
                                 "changes the gradient flowing into its input in every later "
                                 "backward; no outputs",
                                 {"input"}, false, 0);
@@ -67,7 +68,8 @@ void AddGraphOps(v1::ServerInfo* info) {
   AddAttr(hook, "posinf", AttrType::kFloat, false, "nan_to_num: replacement for +inf");
   AddAttr(hook, "neginf", AttrType::kFloat, false, "nan_to_num: replacement for -inf");
 
-  AddGraphOp(info, "detach", "the same data with no autograd history", {"input"}, false, 1);
+  AddGraphOp(info, "detach", "Tensor.detach", "the same data with no autograd history", {"input"},
+             false, 1);
 }
 
 }  // namespace
@@ -105,6 +107,7 @@ v1::ServerInfo DescribeServer(const ServerOptions& options) {
   for (const ops::OpSchema& schema : ops::OpRegistry::Get().ops()) {
     v1::OpInfo* op = info.add_ops();
     op->set_name(schema.name);
+    op->set_torch(schema.torch);
     op->set_doc(schema.doc);
     for (const std::string& input : schema.input_names) op->add_inputs(input);
     op->set_variadic(schema.variadic);
