@@ -145,6 +145,7 @@ Tensor slice(const Tensor& input, int64_t dim, std::optional<int64_t> start,
   const int64_t offset = input.storage_offset() + begin * strides[dim];
   strides[dim] *= step;
   Tensor out = input.AsStrided(shape, strides, offset);
+  out.impl()->is_view = true;  // an alias of input's elements (Note [In-place ops])
   RecordFormula(out, {input}, "SliceBackward0",
                 [in_shape = Shape(input.shape()), dim, begin, step, length](
                     const FormulaBackward&, const Tensor& g) -> TensorList {

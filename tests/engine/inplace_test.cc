@@ -10,6 +10,7 @@
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/node.h"
 #include "engine/ops/elementwise.h"
+#include "engine/ops/indexing.h"
 #include "engine/ops/reductions.h"
 #include "engine/ops/shape.h"
 #include "gmock/gmock.h"
@@ -202,6 +203,19 @@ TEST(InPlaceTest, ViewThatRequiresGradIsRefused) {
   ExpectNear(c, {1, 3, 4, 4});
   // ...but writing a value that requires grad into it would.
   EXPECT_THROW(copy_(cv, narrow(x, 0, 0, 2)), StatusError);
+}
+
+TEST(InPlaceTest, EveryViewOpMarksItsOutput) {
+  Tensor base = F64({1, 2, 3, 4, 5, 6}, {2, 3});
+  for (const Tensor& view :
+       {transpose(base, 0, 1), permute(base, {1, 0}), reshape(base, {3, 2}), select(base, 0, 1),
+        narrow(base, 1, 0, 2), squeeze(unsqueeze(base, 0), 0), expand(select(base, 1, 0), {2, 2}),
+        slice(base, 1, 0, 3, 2), slice(base, 1, 1, 3, 1)}) {
+    EXPECT_TRUE(view.is_view()) << ShapeToString(view.shape());
+  }
+  // The same refusal for a view made by slice with a step as for narrow's.
+  Tensor x = Leaf({1, 2, 3, 4});
+  EXPECT_THROW(add_(slice(mul(x, 1.0), 0, 0, 4, 2), 1.0), StatusError);
 }
 
 TEST(InPlaceTest, OverlappingSelfIsRefused) {
