@@ -13,6 +13,7 @@
 #include "server/limits/server_memory.h"
 #include "server/run/dispatch.h"
 #include "server/run/request_runner.h"
+#include "server/service/calls.h"
 #include "server/service/grpc_status.h"
 #include "server/service/server_info.h"
 #include "server/wire/chunk_message.h"
@@ -20,37 +21,10 @@
 namespace gradserve::server {
 namespace {
 
-// A token that stops the work at the call's deadline, and is cancelled by OnCancel.
-std::shared_ptr<autograd::CancellationToken> MakeToken(const grpc::CallbackServerContext* context) {
-  const auto deadline = context->deadline();
-  const absl::Time d = deadline == std::chrono::system_clock::time_point::max()
-                           ? absl::InfiniteFuture()
-                           : absl::FromChrono(deadline);
-  return std::make_shared<autograd::CancellationToken>(d);
-}
-
-// What OnCancel tells the work: gRPC cancels a call both when its client gives up and when its
-// deadline passes.
-void CancelWork(autograd::CancellationToken& token) {
-  if (absl::Now() >= token.deadline()) {
-    token.Cancel(absl::DeadlineExceededError("the call's deadline passed; the work stopped"));
-  } else {
-    token.Cancel(absl::CancelledError("the client cancelled the call; the work stopped"));
-  }
-}
-
 // " tenant=NAME" for a request log line, or nothing without a token file. The name is the
 // operator's (Note [The token file]); the token is never logged.
 std::string TenantField(const Tenant* tenant) {
   return tenant == nullptr ? "" : absl::StrCat(" tenant=", tenant->name());
-}
-
-// Finishes a call before its handler returns, with gRPC's default reactor, as Ping does.
-grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
-                                    const grpc::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(status);
-  return reactor;
 }
 
 }  // namespace
@@ -315,6 +289,8 @@ GradService::GradService(ServerOptions options, std::shared_ptr<TokenAuth> auth)
                                                                         : DetectMemory()))),
       uploads_(options_.max_uploads, options_.upload_idle_timeout),
       auth_(std::move(auth)),
+      sessions_(std::make_unique<SessionStore>(options_.session_idle_ttl,
+                                               options_.max_sessions_per_tenant)),
       pool_(std::make_unique<WorkerPool>(
           options_.worker_threads > 0
               ? options_.worker_threads
@@ -552,7 +528,10 @@ bool GradService::Logs(const absl::Status& status) const {
   return true;
 }
 
-void GradService::StartDraining() { draining_.store(true); }
+void GradService::StartDraining() {
+  draining_.store(true);
+  sessions_->EndAll();  // Note [Graph sessions]: draining waits for calls, not for sessions
+}
 
 bool GradService::WaitUntilIdle(absl::Duration timeout) {
   auto idle = [this] { return in_flight_.load() == 0; };
@@ -574,6 +553,7 @@ v1::Counters GradService::counters() const {
   c.set_bytes_sent(bytes_sent_.load(std::memory_order_relaxed));
   c.set_uptime_us(absl::ToInt64Microseconds(absl::Now() - started_));
   c.set_in_flight(in_flight_.load(std::memory_order_relaxed));
+  c.set_sessions(sessions_->size());
   return c;
 }
 
