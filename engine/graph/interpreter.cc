@@ -26,6 +26,25 @@
 #include "engine/util/status_error.h"
 
 namespace gradserve::graph {
+
+// What every run of a recorded graph's ops shares: the limits, the cancellation token and the
+// checkpoint bodies' leaves. Built once by Record, immutable afterwards but for the token
+// (Note [A held graph's token]), and shared (through the checkpoint Nodes' bodies) by every
+// recomputation, on whatever thread it runs.
+struct Program {
+  struct Body {
+    const ValueSlots* slots;  // owned by `slots` below
+    TensorList leaves;        // in the body's order
+    TensorList params;        // Note [Checkpoint]: leaves requiring grad, nested bodies' included
+  };
+
+  Limits limits;
+  std::shared_ptr<CancellationToken> cancel;
+  std::shared_ptr<const ValueSlots> slots;  // the top level's, holding every body's
+  // Keyed by the body's address; the checkpoint Nodes hold the bodies alive.
+  absl::flat_hash_map<const Graph*, Body> bodies;
+};
+
 namespace {
 
 // A graph's values by slot (Note [Value slots]).
@@ -39,23 +58,6 @@ class Reads {
 
  private:
   const int64_t* next_;
-};
-
-// What every run of a recorded graph's ops shares: the limits, the cancellation token and the
-// checkpoint bodies' leaves. Built once by Record, immutable afterwards, and shared (through
-// the checkpoint Nodes' bodies) by every recomputation, on whatever thread it runs.
-struct Program {
-  struct Body {
-    const ValueSlots* slots;  // owned by `slots` below
-    TensorList leaves;        // in the body's order
-    TensorList params;        // Note [Checkpoint]: leaves requiring grad, nested bodies' included
-  };
-
-  Limits limits;
-  std::shared_ptr<CancellationToken> cancel;
-  std::shared_ptr<const ValueSlots> slots;  // the top level's, holding every body's
-  // Keyed by the body's address; the checkpoint Nodes hold the bodies alive.
-  absl::flat_hash_map<const Graph*, Body> bodies;
 };
 
 // Note [Node labels]: the labels of the Nodes that the ops of one graph (the top level or a
@@ -357,6 +359,7 @@ class Interpreter {
       CancellationScope cancel_scope(cancel.get());  // Note [Stopping a running op]
       autograd::GradModeGuard grad_mode(true);
       auto program = std::make_shared<Program>();
+      recorded->program_ = program;
       program->limits = limits;
       program->cancel = cancel;
       program->slots = recorded->slots_;
@@ -487,6 +490,14 @@ RecordedGraph::~RecordedGraph() {
 }
 
 absl::StatusOr<CallResult> RecordedGraph::Backward(const BackwardCall& call) {
+  return Interpreter::Backward(*this, call);
+}
+
+absl::StatusOr<CallResult> RecordedGraph::Backward(const BackwardCall& call,
+                                                   std::shared_ptr<CancellationToken> cancel) {
+  // Note [A held graph's token]
+  cancel_ = cancel;
+  if (program_ != nullptr) program_->cancel = std::move(cancel);
   return Interpreter::Backward(*this, call);
 }
 

@@ -19,6 +19,8 @@
 
 namespace gradserve::graph {
 
+struct Program;  // interpreter.cc: what every run of a recorded graph's ops shares
+
 // Limits a caller (the server) sets on what one request may ask for. Every one is checked
 // before the work it bounds; passing one is RESOURCE_EXHAUSTED naming the limit
 // (max_name_bytes: INVALID_ARGUMENT).
@@ -88,6 +90,17 @@ class RecordedGraph {
 
   // Runs one backward call.
   absl::StatusOr<CallResult> Backward(const BackwardCall& call);
+  // The same, stopped by cancel instead of the token Record was given, which stays its token
+  // from then on: for a graph held across calls (the server's sessions).
+  //
+  // Note [A held graph's token]
+  // A graph recorded for one call and run over by later ones (server/session) must stop when
+  // the later call is cancelled or passes its deadline, not the call that recorded it: each
+  // backward call installs its own token, for the engine and for the checkpoint bodies it
+  // recomputes (Program::cancel). So this overload writes shared state: the caller runs no
+  // other call on the graph meanwhile.
+  absl::StatusOr<CallResult> Backward(const BackwardCall& call,
+                                      std::shared_ptr<CancellationToken> cancel);
 
   // A forward value by name; NOT_FOUND if no value has that name.
   absl::StatusOr<Tensor> Value(absl::string_view name) const;
@@ -109,6 +122,7 @@ class RecordedGraph {
   std::vector<Tensor> values_;
   std::shared_ptr<MemoryBudget> budget_;
   std::shared_ptr<CancellationToken> cancel_;
+  std::shared_ptr<Program> program_;
   Limits limits_;
   int64_t num_nodes_ = 0;
 };

@@ -52,6 +52,10 @@ const char* RpcName(Rpc rpc) {
       return "ComputeGradients";
     case Rpc::kComputeGradientsStream:
       return "ComputeGradientsStream";
+    case Rpc::kForward:
+      return "Forward";
+    case Rpc::kBackward:
+      return "Backward";
   }
   return "";
 }

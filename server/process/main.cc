@@ -74,6 +74,12 @@ ABSL_FLAG(int64_t, max_uploads, kDefaults.max_uploads,
 ABSL_FLAG(absl::Duration, upload_idle_timeout, kDefaults.upload_idle_timeout,
           "A streamed request whose client sends nothing for this long is ended with "
           "DEADLINE_EXCEEDED, so that stalled clients hold no memory or upload slot.");
+ABSL_FLAG(absl::Duration, session_idle_ttl, kDefaults.session_idle_ttl,
+          "A graph session (Forward, then Backward calls) that no call used for this long is "
+          "ended and its memory freed.");
+ABSL_FLAG(int64_t, max_sessions_per_tenant, kDefaults.max_sessions_per_tenant,
+          "Graph sessions one tenant (all clients, without --auth_tokens_file) may hold at "
+          "once; more Forward calls are refused with RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, max_server_memory_bytes, kDefaults.max_server_memory_bytes,
           "Bytes all requests together may hold (tensors, autograd state, buffered uploads, "
           "responses); past it new work is refused with RESOURCE_EXHAUSTED, never killed by the "
@@ -200,6 +206,8 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.max_inline_cost = absl::GetFlag(FLAGS_max_inline_cost);
   o.max_uploads = absl::GetFlag(FLAGS_max_uploads);
   o.upload_idle_timeout = absl::GetFlag(FLAGS_upload_idle_timeout);
+  o.session_idle_ttl = absl::GetFlag(FLAGS_session_idle_ttl);
+  o.max_sessions_per_tenant = absl::GetFlag(FLAGS_max_sessions_per_tenant);
   o.max_server_memory_bytes = absl::GetFlag(FLAGS_max_server_memory_bytes);
   o.grpc_memory_bytes = absl::GetFlag(FLAGS_grpc_memory_bytes);
   o.accept_compressed = absl::GetFlag(FLAGS_accept_compressed);

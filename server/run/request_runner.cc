@@ -21,6 +21,20 @@ absl::Status Prefixed(const absl::Status& s, absl::string_view prefix) {
   return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
 }
 
+// Runs run, turning what the engine may throw into the status for the client.
+template <typename F>
+absl::Status Catching(F run) {
+  try {
+    return run();
+  } catch (const StatusError& e) {
+    return e.status();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("the server ran out of memory for this request");
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("unexpected exception: ", e.what()));
+  }
+}
+
 }  // namespace
 
 RequestRunner::RequestRunner() = default;
@@ -38,19 +52,47 @@ absl::Status RequestRunner::ReserveResponse(int64_t bytes,
   return absl::OkStatus();
 }
 
+absl::Status RequestRunner::RunCalls(graph::RecordedGraph& g,
+                                     const std::vector<graph::BackwardCall>& calls,
+                                     const std::shared_ptr<autograd::CancellationToken>& cancel,
+                                     google::protobuf::RepeatedPtrField<v1::CallResult>* out_calls,
+                                     ChunkedResponse* deferred) {
+  for (size_t c = 0; c < calls.size(); ++c) {
+    absl::StatusOr<graph::CallResult> result =
+        cancel != nullptr ? g.Backward(calls[c], cancel) : g.Backward(calls[c]);
+    if (!result.ok()) return Prefixed(result.status(), absl::StrCat("call #", c, ": "));
+    v1::CallResult* out = out_calls->Add();
+    for (size_t k = 0; k < result->names.size(); ++k) {
+      v1::Gradient* grad = out->add_gradients();
+      grad->set_name(result->names[k]);
+      grad->set_connected(k < result->connected.size() && result->connected[k]);
+      if (k < result->grads.size() && result->grads[k].defined()) {
+        if (absl::Status s =
+                ReserveResponse(static_cast<int64_t>(result->grads[k].nbytes()), g.budget());
+            !s.ok()) {
+          return Prefixed(s, absl::StrCat("call #", c, ": "));
+        }
+        ToProto(result->grads[k], grad->mutable_value(), deferred);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const graph::Limits& limits,
                                        const std::shared_ptr<autograd::CancellationToken>& cancel,
                                        absl::Time admitted, v1::GradResponse* response,
                                        ChunkedRequest* chunked, ChunkedResponse* deferred,
-                                       const std::string* op_records) {
+                                       const std::string* op_records, bool held) {
   const absl::Time picked = absl::Now();
   v1::Timings* timings = response->mutable_timings();
   timings->set_queue_us(Micros(picked - admitted));
   if (absl::Status s = cancel->Check(); !s.ok()) return s;
 
   // Note [Reusing a validated graph]; a streamed request is too big to be worth it.
+  // nor is a graph a session holds, which no later request could reuse while it is held.
   GraphLease& lease =
-      lease_.emplace(request.graph(), limits, /*enabled=*/chunked == nullptr, op_records);
+      lease_.emplace(request.graph(), limits, /*enabled=*/chunked == nullptr && !held, op_records);
   absl::StatusOr<EngineRequest> converted = FromProto(request, limits, chunked, lease.reusable());
   if (chunked != nullptr) chunked->Clear();
   if (!converted.ok()) return converted.status();
@@ -79,23 +121,9 @@ absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const gra
   const absl::Time forward_done = absl::Now();
   timings->set_forward_us(Micros(forward_done - picked));
 
-  for (size_t c = 0; c < converted->calls.size(); ++c) {
-    absl::StatusOr<graph::CallResult> result = g.Backward(converted->calls[c]);
-    if (!result.ok()) return Prefixed(result.status(), absl::StrCat("call #", c, ": "));
-    v1::CallResult* out = response->add_calls();
-    for (size_t k = 0; k < result->names.size(); ++k) {
-      v1::Gradient* grad = out->add_gradients();
-      grad->set_name(result->names[k]);
-      grad->set_connected(k < result->connected.size() && result->connected[k]);
-      if (k < result->grads.size() && result->grads[k].defined()) {
-        if (absl::Status s =
-                ReserveResponse(static_cast<int64_t>(result->grads[k].nbytes()), nullptr);
-            !s.ok()) {
-          return Prefixed(s, absl::StrCat("call #", c, ": "));
-        }
-        ToProto(result->grads[k], grad->mutable_value(), deferred);
-      }
-    }
+  if (absl::Status s = RunCalls(g, converted->calls, nullptr, response->mutable_calls(), deferred);
+      !s.ok()) {
+    return s;
   }
   const absl::Time done = absl::Now();
   timings->set_backward_us(Micros(done - forward_done));
@@ -109,15 +137,46 @@ absl::Status RequestRunner::Run(const v1::GradRequest& request, const graph::Lim
                                 ChunkedRequest* chunked, ChunkedResponse* deferred,
                                 const std::string* op_records) {
   response->set_request_id(request.request_id());
-  try {
-    return RunOrThrow(request, limits, cancel, admitted, response, chunked, deferred, op_records);
-  } catch (const StatusError& e) {
-    return e.status();
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError("the server ran out of memory for this request");
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("unexpected exception: ", e.what()));
-  }
+  return Catching([&] {
+    return RunOrThrow(request, limits, cancel, admitted, response, chunked, deferred, op_records,
+                      /*held=*/false);
+  });
+}
+
+absl::Status RequestRunner::RunForward(const v1::GradRequest& request, const graph::Limits& limits,
+                                       const std::shared_ptr<autograd::CancellationToken>& cancel,
+                                       absl::Time admitted, v1::GradResponse* response) {
+  response->set_request_id(request.request_id());
+  return Catching([&] {
+    return RunOrThrow(request, limits, cancel, admitted, response, nullptr, nullptr, nullptr,
+                      /*held=*/true);
+  });
+}
+
+std::unique_ptr<graph::RecordedGraph> RequestRunner::TakeRecorded() { return std::move(recorded_); }
+
+absl::Status RequestRunner::RunBackward(graph::RecordedGraph& g, const v1::GradRequest& calls,
+                                        const graph::Limits& limits,
+                                        const std::shared_ptr<autograd::CancellationToken>& cancel,
+                                        absl::Time admitted, v1::GradResponse* response) {
+  response->set_request_id(calls.request_id());
+  return Catching([&]() -> absl::Status {
+    const absl::Time picked = absl::Now();
+    v1::Timings* timings = response->mutable_timings();
+    timings->set_queue_us(Micros(picked - admitted));
+    if (absl::Status s = cancel->Check(); !s.ok()) return s;
+    // The calls alone: the census checks their strings and seeds; the graph is empty.
+    absl::StatusOr<EngineRequest> converted = FromProto(calls, limits, nullptr, nullptr);
+    if (!converted.ok()) return converted.status();
+    if (absl::Status s = RunCalls(g, converted->calls, cancel, response->mutable_calls(), nullptr);
+        !s.ok()) {
+      return s;
+    }
+    const absl::Time done = absl::Now();
+    timings->set_backward_us(Micros(done - picked));
+    timings->set_total_us(Micros(done - admitted));
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace gradserve::server

@@ -26,6 +26,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -68,6 +69,23 @@ class RequestRunner {
                    v1::GradResponse* response, ChunkedRequest* chunked = nullptr,
                    ChunkedResponse* deferred = nullptr, const std::string* op_records = nullptr);
 
+  // Runs request's graph forward as Run does (no backward calls), and keeps the recorded
+  // graph for TakeRecorded: the forward pass of a session (server/session). The graph cache
+  // is not used: the graph outlives the runner.
+  absl::Status RunForward(const v1::GradRequest& request, const graph::Limits& limits,
+                          const std::shared_ptr<autograd::CancellationToken>& cancel,
+                          absl::Time admitted, v1::GradResponse* response);
+  // The graph RunForward recorded (null if it failed), now the caller's. Its memory stays
+  // charged to the budget that was current when it was recorded until it is freed.
+  std::unique_ptr<graph::RecordedGraph> TakeRecorded();
+  // Runs calls.calls (calls.graph is ignored) over g, a graph recorded earlier, stopped by
+  // cancel (Note [A held graph's token]), and fills response's calls and timings. The caller
+  // runs no other call on g meanwhile. Errors as Run's.
+  absl::Status RunBackward(graph::RecordedGraph& g, const v1::GradRequest& calls,
+                           const graph::Limits& limits,
+                           const std::shared_ptr<autograd::CancellationToken>& cancel,
+                           absl::Time admitted, v1::GradResponse* response);
+
   // Charges bytes more of the response (its serialized form) to the request's memory budget,
   // or to fallback if the request recorded nothing, until the runner is destroyed (Note
   // [Budgets within a budget]). Run already charged the tensors it copied into the response.
@@ -78,7 +96,13 @@ class RequestRunner {
   absl::Status RunOrThrow(const v1::GradRequest& request, const graph::Limits& limits,
                           const std::shared_ptr<autograd::CancellationToken>& cancel,
                           absl::Time admitted, v1::GradResponse* response, ChunkedRequest* chunked,
-                          ChunkedResponse* deferred, const std::string* op_records);
+                          ChunkedResponse* deferred, const std::string* op_records, bool held);
+  // Runs calls over g, in order, into out_calls, charging their gradients to the response.
+  // cancel, if not null, replaces g's token (Note [A held graph's token]).
+  absl::Status RunCalls(graph::RecordedGraph& g, const std::vector<graph::BackwardCall>& calls,
+                        const std::shared_ptr<autograd::CancellationToken>& cancel,
+                        google::protobuf::RepeatedPtrField<v1::CallResult>* out_calls,
+                        ChunkedResponse* deferred);
 
   // Declared before recorded_, so that it outlives it: the lease keeps the graph only once
   // nothing recorded from it is alive.

@@ -118,7 +118,8 @@ uint32_t PermissionFor(absl::string_view path) {
   if (path == "/gradserve.v1.GradService/GetServerInfo") return kPermitInfo;
   if (path == "/gradserve.v1.GradService/ComputeGradients" ||
       path == "/gradserve.v1.GradService/ComputeGradientsStream" ||
-      path == "/gradserve.v1.GradService/Ping") {
+      path == "/gradserve.v1.GradService/Ping" || path == "/gradserve.v1.GradService/Forward" ||
+      path == "/gradserve.v1.GradService/Backward" || path == "/gradserve.v1.GradService/Release") {
     return kPermitGrad;
   }
   return kPermitAll;

@@ -15,6 +15,7 @@
 #include "server/metrics/text_format.h"
 #include "server/run/dispatch.h"
 #include "server/run/request_runner.h"
+#include "server/service/calls.h"
 #include "server/service/grpc_status.h"
 #include "server/service/server_info.h"
 #include "server/wire/chunk_message.h"
@@ -33,30 +34,23 @@ constexpr bool kCudaBuilt = true;
 constexpr bool kCudaBuilt = false;
 #endif
 
-const char* LogName(metrics::Rpc rpc) { return rpc == kUnary ? "unary" : "stream"; }
+const char* LogName(metrics::Rpc rpc) {
+  switch (rpc) {
+    case metrics::Rpc::kComputeGradients:
+      return "unary";
+    case metrics::Rpc::kComputeGradientsStream:
+      return "stream";
+    case metrics::Rpc::kForward:
+      return "forward";
+    case metrics::Rpc::kBackward:
+      return "backward";
+  }
+  return "";
+}
 
 // The metrics' slot of a call's tenant (null without a token file).
 int TenantSlot(const Tenant* tenant) {
   return metrics::RequestMetrics::TenantSlot(tenant == nullptr ? -1 : tenant->index());
-}
-
-// A token that stops the work at the call's deadline, and is cancelled by OnCancel.
-std::shared_ptr<autograd::CancellationToken> MakeToken(const grpc::CallbackServerContext* context) {
-  const auto deadline = context->deadline();
-  const absl::Time d = deadline == std::chrono::system_clock::time_point::max()
-                           ? absl::InfiniteFuture()
-                           : absl::FromChrono(deadline);
-  return std::make_shared<autograd::CancellationToken>(d);
-}
-
-// What OnCancel tells the work: gRPC cancels a call both when its client gives up and when its
-// deadline passes.
-void CancelWork(autograd::CancellationToken& token) {
-  if (absl::Now() >= token.deadline()) {
-    token.Cancel(absl::DeadlineExceededError("the call's deadline passed; the work stopped"));
-  } else {
-    token.Cancel(absl::CancelledError("the client cancelled the call; the work stopped"));
-  }
 }
 
 // A request log line's tenant (the operator's name, Note [The token file]; the token is never
@@ -64,14 +58,6 @@ void CancelWork(autograd::CancellationToken& token) {
 void AddCallFields(const Tenant* tenant, absl::string_view trace, LogRecord* record) {
   if (tenant != nullptr) record->Word("tenant", tenant->name());
   if (!trace.empty()) record->Client("trace", trace);
-}
-
-// Finishes a call before its handler returns, with gRPC's default reactor, as Ping does.
-grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
-                                    const grpc::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(status);
-  return reactor;
 }
 
 }  // namespace
@@ -348,6 +334,8 @@ GradService::GradService(ServerOptions options, std::shared_ptr<TokenAuth> auth)
                                                                         : DetectMemory()))),
       uploads_(options_.max_uploads, options_.upload_idle_timeout),
       auth_(std::move(auth)),
+      sessions_(std::make_unique<SessionStore>(options_.session_idle_ttl,
+                                               options_.max_sessions_per_tenant)),
       pool_(std::make_unique<WorkerPool>(
           options_.worker_threads > 0
               ? options_.worker_threads
@@ -619,7 +607,10 @@ bool GradService::Logs(const absl::Status& status) const {
   return true;
 }
 
-void GradService::StartDraining() { draining_.store(true); }
+void GradService::StartDraining() {
+  draining_.store(true);
+  sessions_->EndAll();  // Note [Graph sessions]: draining waits for calls, not for sessions
+}
 
 bool GradService::WaitUntilIdle(absl::Duration timeout) {
   auto idle = [this] { return in_flight_.load() == 0; };
@@ -700,6 +691,7 @@ v1::Counters GradService::counters() const {
   c.set_bytes_sent(bytes_sent_.load(std::memory_order_relaxed));
   c.set_uptime_us(absl::ToInt64Microseconds(absl::Now() - started_));
   c.set_in_flight(in_flight_.load(std::memory_order_relaxed));
+  c.set_sessions(sessions_->size());
   return c;
 }
 

@@ -50,6 +50,7 @@
 #include "server/security/token_auth.h"
 #include "server/service/server_options.h"
 #include "server/service/trace_id.h"
+#include "server/session/session_store.h"
 #include "server/wire/chunked_request.h"
 #include "server/wire/unary_messages.h"
 
@@ -65,11 +66,14 @@ namespace gradserve::server {
 // sent without a copy] in server/wire/chunk_message.h).
 // (The raw stream's handler has the typed one's parameters, so the typed mixin of
 // CallbackService cannot be below it: the service is built from the four mixins it uses.)
-class GradService final
-    : public v1::GradService::WithRawCallbackMethod_ComputeGradients<
-          v1::GradService::WithRawCallbackMethod_ComputeGradientsStream<
-              v1::GradService::WithCallbackMethod_GetServerInfo<
-                  v1::GradService::WithCallbackMethod_Ping<v1::GradService::Service>>>> {
+class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeGradients<
+                              v1::GradService::WithRawCallbackMethod_ComputeGradientsStream<
+                                  v1::GradService::WithCallbackMethod_GetServerInfo<
+                                      v1::GradService::WithCallbackMethod_Ping<
+                                          v1::GradService::WithCallbackMethod_Forward<
+                                              v1::GradService::WithCallbackMethod_Backward<
+                                                  v1::GradService::WithCallbackMethod_Release<
+                                                      v1::GradService::Service>>>>>>> {
  public:
   // auth: the token file's processor (Note [Who may call]), or null: one implicit tenant.
   explicit GradService(ServerOptions options, std::shared_ptr<TokenAuth> auth = nullptr);
@@ -87,7 +91,21 @@ class GradService final
                                  const v1::PingRequest* request,
                                  v1::PingResponse* response) override;
 
-  // From now on grad calls are refused with UNAVAILABLE; those admitted go on.
+  // Graph sessions (Note [Graph sessions] in server/session/session_store.h), in
+  // session_calls.cc. Forward and Backward are grad calls: admitted, run on the pool, logged.
+  grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
+                                    const v1::ForwardRequest* request,
+                                    v1::ForwardResponse* response) override;
+  grpc::ServerUnaryReactor* Backward(grpc::CallbackServerContext* context,
+                                     const v1::BackwardRequest* request,
+                                     v1::BackwardResponse* response) override;
+  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* context,
+                                    const v1::ReleaseRequest* request,
+                                    v1::ReleaseResponse* response) override;
+
+  // From now on grad calls are refused with UNAVAILABLE; those admitted go on. Ends every
+  // session: their ids are NOT_FOUND from now on, and session calls say that the server
+  // ended them.
   void StartDraining();
   // Blocks until no grad call is admitted, or timeout passes. True if none is.
   bool WaitUntilIdle(absl::Duration timeout);
@@ -101,10 +119,12 @@ class GradService final
   // The budget all requests draw from (Note [Sizing the server's memory]).
   const std::shared_ptr<MemoryBudget>& memory() const { return memory_; }
   const UploadTracker& uploads() const { return uploads_; }
+  const SessionStore& sessions() const { return *sessions_; }
 
  private:
   class UnaryGradReactor;
   class StreamGradReactor;
+  class SessionReactor;
 
   // One admitted grad request on its way through the worker pool.
   struct Job {
@@ -196,6 +216,8 @@ class GradService final
   UploadTracker uploads_;
   const std::shared_ptr<TokenAuth> auth_;  // null without a token file
   std::unique_ptr<Tenants> tenants_;       // likewise
+  // The graphs sessions hold (Note [Graph sessions]); freed before the budgets they draw from.
+  std::unique_ptr<SessionStore> sessions_;
 
   // Last member: destroyed first, so workers finish while the rest is alive.
   std::unique_ptr<WorkerPool> pool_;

@@ -92,6 +92,8 @@ v1::ServerInfo DescribeServer(const ServerOptions& options) {
   l->set_max_name_bytes(options.limits.max_name_bytes);
   l->set_max_in_flight(options.max_in_flight);
   l->set_chunk_bytes(options.chunk_bytes);
+  l->set_max_sessions_per_tenant(options.max_sessions_per_tenant);
+  l->set_session_idle_ttl_ms(absl::ToInt64Milliseconds(options.session_idle_ttl));
 
   const DeviceRegistry& devices = DeviceRegistry::Get();
   for (Device device : devices.devices()) {

@@ -80,8 +80,15 @@ absl::Status CheckOptions(const ServerOptions& o) {
         absl::StrCat("--upload_idle_timeout must be positive and finite, got ",
                      absl::FormatDuration(o.upload_idle_timeout)));
   }
+  if (o.session_idle_ttl <= absl::ZeroDuration() ||
+      o.session_idle_ttl == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--session_idle_ttl must be positive and finite, got ",
+                     absl::FormatDuration(o.session_idle_ttl)));
+  }
   for (auto [name, value] :
        {std::pair<const char*, int64_t>{"max_message_bytes", o.max_message_bytes},
+        {"max_sessions_per_tenant", o.max_sessions_per_tenant},
         {"max_uploads", o.max_uploads},
         {"max_request_bytes", o.max_request_bytes},
         {"chunk_bytes", o.chunk_bytes},

@@ -36,6 +36,11 @@ struct ServerOptions {
   int64_t max_uploads = 1024;
   // An upload whose client sends nothing for this long is ended with DEADLINE_EXCEEDED.
   absl::Duration upload_idle_timeout = absl::Seconds(5);
+  // Graph sessions (Note [Graph sessions] in server/session/session_store.h): one no call used
+  // for this long ends; a tenant (the implicit one without a token file) holds at most
+  // max_sessions_per_tenant at once.
+  absl::Duration session_idle_ttl = absl::Minutes(5);
+  int64_t max_sessions_per_tenant = 64;
   // What all requests together may hold: tensors, autograd state, buffered uploads, responses
   // being serialized (Note [Sizing the server's memory] in server/limits/server_memory.h).
   // 0: kServerBudgetShare of the container's memory limit, else of physical memory.

@@ -39,9 +39,10 @@ from gradserve import _stubs
 
 _stubs.install(__path__)
 
-from gradserve.client import CallResult, Client, GradResult, GradserveError  # noqa: E402
+from gradserve.client import (CallResult, Client, GradResult, GradserveError,  # noqa: E402
+                              Session)
 from gradserve.credentials import channel_credentials  # noqa: E402
-from gradserve.graph import GraphBuilder, attr_value  # noqa: E402
+from gradserve.graph import GraphBuilder, attr_value, backward_call  # noqa: E402
 from gradserve.tensors import from_tensor, to_tensor  # noqa: E402
 
 __all__ = ["CallResult", "Client", "GradResult", "GradserveError", "GraphBuilder", "attr_value",

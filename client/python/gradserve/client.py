@@ -17,7 +17,7 @@ import grpc
 from gradserve import _stubs, chunks
 from gradserve.credentials import channel_credentials, resolve_token
 from gradserve.graph import GraphBuilder
-from gradserve.targets import CHANNEL_OPTIONS, grpc_target
+from gradserve.targets import CHANNEL_OPTIONS, SESSION_CHANNEL_OPTIONS, grpc_target
 from gradserve.tensors import from_tensor
 from gradserve.v1 import gradserve_pb2, gradserve_pb2_grpc, graph_pb2
 
@@ -132,10 +132,13 @@ class Client:
         options = ([("grpc.max_receive_message_length", -1),
                     ("grpc.max_send_message_length", -1)] +
                    [o for o in CHANNEL_OPTIONS if o[0] not in own] + list(channel_options))
-        if credentials is None:
-            self._channel = grpc.insecure_channel(target, options=options)
-        else:
-            self._channel = grpc.secure_channel(target, credentials, options=options)
+        session_options = ([("grpc.max_receive_message_length", -1),
+                            ("grpc.max_send_message_length", -1)] + SESSION_CHANNEL_OPTIONS +
+                           [o for o in channel_options if o[0] != "grpc.service_config"])
+        self._channel = self._open(target, credentials, options)
+        # Sessions' calls, made on first use (docs/sessions.md).
+        self._session_channel_args = (target, credentials, session_options)
+        self._session_stub = None
         self._stub = gradserve_pb2_grpc.GradServiceStub(self._channel)
         # ComputeGradientsStream on bytes: the Chunks are written and read by gradserve/chunks.py.
         self._stream = self._channel.stream_stream(
@@ -149,9 +152,17 @@ class Client:
             request_serializer=health.HealthCheckRequest.SerializeToString,
             response_deserializer=health.HealthCheckResponse.FromString)
 
+    @staticmethod
+    def _open(target, credentials, options):
+        if credentials is None:
+            return grpc.insecure_channel(target, options=options)
+        return grpc.secure_channel(target, credentials, options=options)
+
     def close(self):
-        """Closes the channel; calls in flight are cancelled."""
+        """Closes the channels; calls in flight are cancelled."""
         self._channel.close()
+        if self._session_stub is not None:
+            self._session_channel.close()
 
     def __enter__(self):
         return self
@@ -193,6 +204,28 @@ class Client:
                                   timeout)
             return GradResult(response)
         return GradResult(self._grad_streamed(payload, timeout))
+
+    def forward(self, request, *, return_values=(), request_id=None, timeout=None):
+        """Runs the graph forward on the server and holds it there: returns a Session.
+
+        request: as grad()'s (its backward calls are ignored); return_values: forward values to
+        return (Session.values). The session's calls all go over one connection, to the server
+        that answered this (docs/sessions.md). Use the Session as a context manager, which
+        releases it. Raises GradserveError.
+        """
+        message = _as_request(request, None, return_values, request_id)
+        forward = gradserve_pb2.ForwardRequest(request_id=message.request_id,
+                                               graph=message.graph,
+                                               return_values=message.return_values)
+        stub = self._sessions()
+        response = self._call("Forward", lambda t: stub.Forward(forward, timeout=t), timeout)
+        return Session(self, stub, response)
+
+    def _sessions(self):
+        if self._session_stub is None:  # races benignly: the loser's channel is dropped
+            self._session_channel = self._open(*self._session_channel_args)
+            self._session_stub = gradserve_pb2_grpc.GradServiceStub(self._session_channel)
+        return self._session_stub
 
     def _server_limits(self, timeout):
         if self._limits is None:
@@ -241,3 +274,54 @@ class Client:
         response = self._call("Health/Check", lambda t: self._health_check(
             self._health_pb2.HealthCheckRequest(service=service), timeout=t), timeout)
         return self._health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+
+
+class Session:
+    """A graph held on the server between its forward pass and its backward calls.
+
+    session_id, values (name -> array, the forward values asked for), num_nodes. backward()
+    runs backward calls over the held graph, as often as retain_graph allows (a call without
+    it frees the saved tensors, as in PyTorch: a later one raises FAILED_PRECONDITION).
+    release() ends it; as a context manager it is released on exit. A session ended by the
+    server (expired after --session_idle_ttl, or the server drained) raises GradserveError
+    NOT_FOUND or UNAVAILABLE: run the forward pass again (docs/sessions.md).
+    """
+
+    def __init__(self, client, stub, response):
+        self._client = client
+        self._stub = stub
+        self.response = response
+        self.session_id = response.session_id
+        self.values = {v.name: from_tensor(v.value) for v in response.values}
+        self.num_nodes = response.num_nodes
+        self._released = False
+
+    def backward(self, calls, *, request_id="", timeout=None):
+        """Runs calls (BackwardCall messages: gradserve.backward_call(...), or a GraphBuilder's
+        backward calls) in order; returns a CallResult per call."""
+        if isinstance(calls, GraphBuilder):
+            calls = calls.request().calls
+        request = gradserve_pb2.BackwardRequest(request_id=request_id,
+                                                session_id=self.session_id, calls=list(calls))
+        response = self._client._call(
+            "Backward", lambda t: self._stub.Backward(request, timeout=t), timeout)
+        return [CallResult(c) for c in response.calls]
+
+    def release(self, timeout=None):
+        """Ends the session on the server, freeing its memory; a second release does nothing."""
+        if self._released:
+            return
+        self._released = True
+        request = gradserve_pb2.ReleaseRequest(session_id=self.session_id)
+        self._client._call("Release", lambda t: self._stub.Release(request, timeout=t), timeout)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.release()
+        except GradserveError as e:
+            # Already ended by the server (expired, drained): nothing is left to free.
+            if e.code not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE):
+                raise

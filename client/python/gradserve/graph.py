@@ -49,6 +49,24 @@ def attr_value(value):
                     "of int, float, str")
 
 
+def backward_call(roots, seeds=None, inputs=(), *, accumulate_grad=False, retain_graph=False,
+                  create_graph=False, allow_unused=False, materialize_grads=False,
+                  detect_anomaly=False):
+    """A BackwardCall message (the fields of gradserve.proto's BackwardCall).
+
+    roots: a name or a list of names; seeds: {root name: array}, roots left out must have
+    one element and are seeded with ones; inputs: what to return gradients for.
+    """
+    call = gradserve_pb2.BackwardCall(
+        roots=[roots] if isinstance(roots, str) else list(roots), inputs=list(inputs),
+        accumulate_grad=accumulate_grad, retain_graph=retain_graph, create_graph=create_graph,
+        allow_unused=allow_unused, materialize_grads=materialize_grads,
+        detect_anomaly=detect_anomaly)
+    for name, array in (seeds or {}).items():
+        fill_tensor(call.seeds[name], array)
+    return call
+
+
 class GraphBuilder:
     """Builds a Graph (and, for a top-level graph, a GradRequest) in forward order.
 
@@ -104,22 +122,9 @@ class GraphBuilder:
         self._graph.outputs[:] = list(names)
         return self
 
-    def backward_call(self, roots, seeds=None, inputs=(), *, accumulate_grad=False,
-                      retain_graph=False, create_graph=False, allow_unused=False,
-                      materialize_grads=False, detect_anomaly=False):
-        """Appends a BackwardCall (the fields of gradserve.proto's BackwardCall).
-
-        roots: a name or a list of names; seeds: {root name: array}, roots left out must have
-        one element and are seeded with ones; inputs: what to return gradients for.
-        """
-        call = gradserve_pb2.BackwardCall(
-            roots=[roots] if isinstance(roots, str) else list(roots), inputs=list(inputs),
-            accumulate_grad=accumulate_grad, retain_graph=retain_graph,
-            create_graph=create_graph, allow_unused=allow_unused,
-            materialize_grads=materialize_grads, detect_anomaly=detect_anomaly)
-        for name, array in (seeds or {}).items():
-            fill_tensor(call.seeds[name], array)
-        self._calls.append(call)
+    def backward_call(self, roots, seeds=None, inputs=(), **options):
+        """Appends a BackwardCall: backward_call(roots, seeds, inputs, **options)."""
+        self._calls.append(backward_call(roots, seeds, inputs, **options))
         return self
 
     def return_values(self, *names):

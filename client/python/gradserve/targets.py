@@ -34,6 +34,12 @@ SERVICE_CONFIG = json.dumps({
 # replayed with an empty message (kRetryBufferBytes in client/library/channel_target.h).
 RETRY_BUFFER_BYTES = 32 << 20
 
+# A session's calls must reach the replica that answered its Forward (docs/sessions.md): the
+# sessions' channel keeps to one connection, and retries nothing on another server.
+SESSION_CHANNEL_OPTIONS = [("grpc.service_config",
+                            json.dumps({"loadBalancingConfig": [{"pick_first": {}}]})),
+                           ("grpc.service_config_disable_resolution", 1)]
+
 CHANNEL_OPTIONS = [("grpc.service_config", SERVICE_CONFIG),
                    ("grpc.service_config_disable_resolution", 1),
                    ("grpc.per_rpc_retry_buffer_size", RETRY_BUFFER_BYTES)]

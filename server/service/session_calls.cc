@@ -1,0 +1,187 @@
+// GradService's session calls: Forward, Backward and Release (Note [Graph sessions] in
+// server/session/session_store.h).
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "engine/tensor/memory_budget.h"
+#include "server/run/request_runner.h"
+#include "server/service/calls.h"
+#include "server/service/grad_service.h"
+#include "server/service/grpc_status.h"
+
+namespace gradserve::server {
+namespace {
+
+// The session store's name for a call's tenant: the implicit tenant is "".
+std::string TenantKey(const Tenant* tenant) { return tenant == nullptr ? "" : tenant->name(); }
+
+// A refusal at admission, said in the session's terms when the server drains.
+absl::Status SessionRefusal(const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kUnavailable) return status;
+  return absl::UnavailableError(
+      "the server is shutting down and ended its sessions; run the forward pass again on "
+      "another replica");
+}
+
+}  // namespace
+
+// A session call on the worker pool (Note [Request flow]): work runs on an engine worker with
+// the call's token, and its status finishes the call. The reactor owns itself (deleted in
+// OnDone); work must not touch it.
+class GradService::SessionReactor final : public grpc::ServerUnaryReactor {
+ public:
+  using Work = std::function<absl::Status(const std::shared_ptr<autograd::CancellationToken>&)>;
+
+  SessionReactor(GradService* service, grpc::CallbackServerContext* context, Work work)
+      : cancel_(MakeToken(context)) {
+    service->pool_->Submit([this, work = std::move(work)] {
+      const absl::Status status = work(cancel_);
+      Finish(ToGrpcStatus(status));  // the last use of this
+    });
+  }
+
+  void OnCancel() override { CancelWork(*cancel_); }
+  void OnDone() override { delete this; }
+
+ private:
+  const std::shared_ptr<autograd::CancellationToken> cancel_;
+};
+
+grpc::ServerUnaryReactor* GradService::Forward(grpc::CallbackServerContext* context,
+                                               const v1::ForwardRequest* request,
+                                               v1::ForwardResponse* response) {
+  const absl::Time received = absl::Now();
+  TraceId trace = TraceIdOf(*context);
+  EchoTraceId(trace, context);  // Note [Trace ids]
+  absl::StatusOr<Tenant*> tenant = TenantOf(context);
+  if (!tenant.ok()) {
+    Reject(request->request_id(), trace.value, metrics::Rpc::kForward, nullptr, tenant.status(),
+           metrics::RejectReason::kUnauthenticated);
+    return FinishNow(context, ToGrpcStatus(tenant.status()));
+  }
+  metrics::RejectReason reason;
+  if (absl::Status admitted = Admit(*tenant, &reason); !admitted.ok()) {
+    const absl::Status refused = SessionRefusal(admitted);
+    Reject(request->request_id(), trace.value, metrics::Rpc::kForward, *tenant, refused, reason);
+    return FinishNow(context, ToGrpcStatus(refused));
+  }
+  return new SessionReactor(
+      this, context,
+      [this, tenant = *tenant, request, response, received,
+       trace = std::move(trace.value)](const std::shared_ptr<autograd::CancellationToken>& cancel) {
+        const int64_t bytes_in = static_cast<int64_t>(request->ByteSizeLong());
+        v1::GradResponse out;
+        absl::Status status;
+        {
+          // The request, and the copy of it the runner reads, while the forward pass runs.
+          MemoryReservation request_memory(BudgetOf(tenant));
+          status = request_memory.Grow(2 * bytes_in);
+          if (!status.ok()) {
+            status = absl::ResourceExhaustedError(
+                absl::StrCat("the server cannot hold this request now: ", status.message()));
+          }
+          RequestRunner runner;
+          if (status.ok()) {
+            // The forward pass: a GradRequest without calls.
+            v1::GradRequest grad;
+            grad.set_request_id(request->request_id());
+            *grad.mutable_graph() = request->graph();
+            *grad.mutable_return_values() = request->return_values();
+            // The held graph's budget lies within the tenant's and the server's.
+            MemoryBudgetScope server_memory(&BudgetOf(tenant));
+            status = runner.RunForward(grad, options_.limits, cancel, received, &out);
+          }
+          if (status.ok()) {
+            absl::StatusOr<std::string> id =
+                sessions_->Add(TenantKey(tenant), runner.TakeRecorded());
+            if (id.ok()) {
+              response->set_session_id(*std::move(id));
+            } else {
+              status = id.status();
+            }
+          }
+        }
+        if (status.ok()) {
+          response->set_request_id(request->request_id());
+          response->mutable_values()->Swap(out.mutable_values());
+          response->set_num_nodes(out.num_nodes());
+          *response->mutable_timings() = out.timings();
+        }
+        Release(request->request_id(), trace, metrics::Rpc::kForward, tenant, status, received,
+                out.num_nodes(), bytes_in,
+                status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0);
+        return status;
+      });
+}
+
+grpc::ServerUnaryReactor* GradService::Backward(grpc::CallbackServerContext* context,
+                                                const v1::BackwardRequest* request,
+                                                v1::BackwardResponse* response) {
+  const absl::Time received = absl::Now();
+  TraceId trace = TraceIdOf(*context);
+  EchoTraceId(trace, context);  // Note [Trace ids]
+  absl::StatusOr<Tenant*> tenant = TenantOf(context);
+  if (!tenant.ok()) {
+    Reject(request->request_id(), trace.value, metrics::Rpc::kBackward, nullptr, tenant.status(),
+           metrics::RejectReason::kUnauthenticated);
+    return FinishNow(context, ToGrpcStatus(tenant.status()));
+  }
+  metrics::RejectReason reason;
+  if (absl::Status admitted = Admit(*tenant, &reason); !admitted.ok()) {
+    const absl::Status refused = SessionRefusal(admitted);
+    Reject(request->request_id(), trace.value, metrics::Rpc::kBackward, *tenant, refused, reason);
+    return FinishNow(context, ToGrpcStatus(refused));
+  }
+  return new SessionReactor(
+      this, context,
+      [this, tenant = *tenant, request, response, received,
+       trace = std::move(trace.value)](const std::shared_ptr<autograd::CancellationToken>& cancel) {
+        const int64_t bytes_in = static_cast<int64_t>(request->ByteSizeLong());
+        v1::GradResponse out;
+        absl::Status status = [&]() -> absl::Status {
+          absl::StatusOr<std::shared_ptr<Session>> session =
+              sessions_->Use(TenantKey(tenant), request->session_id());
+          if (!session.ok()) return session.status();
+          v1::GradRequest grad;  // the calls alone
+          grad.set_request_id(request->request_id());
+          *grad.mutable_calls() = request->calls();
+          RequestRunner runner;
+          absl::Status s;
+          {
+            // Note [Concurrent backward calls on a session]
+            MutexLock lock(&(*session)->mutex());
+            MemoryBudgetScope server_memory(&BudgetOf(tenant));
+            s = runner.RunBackward((*session)->graph(), grad, options_.limits, cancel, received,
+                                   &out);
+          }
+          sessions_->Done(*session);
+          return s;
+        }();
+        if (status.ok()) {
+          response->set_request_id(request->request_id());
+          response->mutable_calls()->Swap(out.mutable_calls());
+          *response->mutable_timings() = out.timings();
+        }
+        Release(request->request_id(), trace, metrics::Rpc::kBackward, tenant, status, received, 0,
+                bytes_in, status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0);
+        return status;
+      });
+}
+
+grpc::ServerUnaryReactor* GradService::Release(grpc::CallbackServerContext* context,
+                                               const v1::ReleaseRequest* request,
+                                               v1::ReleaseResponse* /*response*/) {
+  absl::StatusOr<Tenant*> tenant = TenantOf(context);
+  if (!tenant.ok()) return FinishNow(context, ToGrpcStatus(tenant.status()));
+  // Cheap (the graph's teardown aside): inline, taking no engine slot, and served while
+  // draining, when every id is NOT_FOUND.
+  return FinishNow(context,
+                   ToGrpcStatus(sessions_->Release(TenantKey(*tenant), request->session_id())));
+}
+
+}  // namespace gradserve::server

@@ -1,0 +1,131 @@
+// Graph sessions: recorded graphs held between a Forward call and its Backward calls.
+//
+// Note [Graph sessions]
+// Forward records a graph as ComputeGradients does and, instead of freeing it, hands it to the
+// SessionStore under a new id: 128 bits from the kernel's random source (getrandom), written as
+// 32 hex digits, so that an id cannot be guessed. The id is bound to the tenant that made it
+// (the implicit tenant "" without a token file); a call of another tenant naming it gets the
+// same NOT_FOUND as for an id never made, so that ids of other tenants cannot be probed. What
+// the graph holds (tensors, Nodes, saved tensors) stays charged to its own MemoryBudget, which
+// lies within the tenant's and the server's (Note [Budgets within a budget]): a held session
+// counts against the server's memory for as long as it is held, and only until then.
+// Bounds: a tenant holds at most max_per_tenant sessions (RESOURCE_EXHAUSTED naming the flag);
+// a session no call used for idle_ttl ends (a reaper thread checks a few times per TTL); a
+// session with a call running never expires, its clock restarts when the call ends. Release
+// ends one, EndAll (draining) ends all and refuses new ones. An ended session is forgotten: its
+// id is NOT_FOUND afterwards, and the graph is freed once the last call using it (which holds
+// a shared_ptr) is done, outside the store's lock.
+//
+// Note [Concurrent backward calls on a session]
+// PyTorch lets two threads run backward over one graph at once; with retain_graph both
+// succeed, without it the first to free a saved tensor makes the other fail ("Trying to
+// backward through the graph a second time"), depending on timing. A session runs its calls one
+// at a time (Session::mutex), in arrival order: each pair of calls behaves as PyTorch's two
+// threads do when one finishes before the other starts. With retain_graph both succeed with the
+// same gradients; without, the second fails with FAILED_PRECONDITION. It is the outcome PyTorch
+// can give, made deterministic, and it also serializes the accumulation into .grad.
+
+#ifndef GRADSERVE_SERVER_SESSION_SESSION_STORE_H_
+#define GRADSERVE_SERVER_SESSION_SESSION_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "engine/graph/interpreter.h"
+#include "engine/util/mutex.h"
+
+namespace gradserve::server {
+
+// One held graph.
+class Session {
+ public:
+  Session(std::string id, std::string tenant, std::unique_ptr<graph::RecordedGraph> graph)
+      : id_(std::move(id)), tenant_(std::move(tenant)), graph_(std::move(graph)) {}
+
+  const std::string& id() const { return id_; }
+  const std::string& tenant() const { return tenant_; }
+
+  // Held while a call runs on the graph (Note [Concurrent backward calls on a session]).
+  Mutex& mutex() ABSL_LOCK_RETURNED(mutex_) { return mutex_; }
+  graph::RecordedGraph& graph() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return *graph_; }
+
+ private:
+  const std::string id_;
+  const std::string tenant_;
+  // Serializes the calls on the graph (Note [Concurrent backward calls on a session]).
+  Mutex mutex_;
+  const std::unique_ptr<graph::RecordedGraph> graph_ ABSL_PT_GUARDED_BY(mutex_);
+};
+
+// Thread safety: every method may be called from any thread.
+class SessionStore {
+ public:
+  // idle_ttl positive and finite; max_per_tenant at least 1.
+  SessionStore(absl::Duration idle_ttl, int64_t max_per_tenant);
+  // Stops the reaper and frees the sessions.
+  ~SessionStore();
+
+  SessionStore(const SessionStore&) = delete;
+  SessionStore& operator=(const SessionStore&) = delete;
+
+  // Holds graph for tenant under a new id, which it returns. RESOURCE_EXHAUSTED when the tenant
+  // holds max_per_tenant sessions; UNAVAILABLE after EndAll.
+  absl::StatusOr<std::string> Add(absl::string_view tenant,
+                                  std::unique_ptr<graph::RecordedGraph> graph);
+
+  // The session id of tenant's, marked in use until Done is called with it (so it does not
+  // expire meanwhile). NOT_FOUND naming the id if the store does not hold it for tenant.
+  absl::StatusOr<std::shared_ptr<Session>> Use(absl::string_view tenant, absl::string_view id);
+  // Ends a use: the session's idle clock starts again.
+  void Done(const std::shared_ptr<Session>& session);
+
+  // Ends the session id of tenant's; NOT_FOUND as Use.
+  absl::Status Release(absl::string_view tenant, absl::string_view id);
+
+  // Ends every session and refuses new ones (draining): their ids are NOT_FOUND from now on.
+  void EndAll();
+
+  // Sessions held now.
+  int64_t size() const;
+  absl::Duration idle_ttl() const { return idle_ttl_; }
+  int64_t max_per_tenant() const { return max_per_tenant_; }
+
+ private:
+  struct Entry {
+    std::shared_ptr<Session> session;
+    int64_t uses = 0;      // calls running on it
+    absl::Time last_used;  // when the last call ended, or it was made
+  };
+
+  // Ends the sessions idle past the TTL, until the store is destroyed.
+  void Reap();
+  // Removes id's entry (under mutex_), returning its session to be freed outside the lock.
+  std::shared_ptr<Session> EraseLocked(absl::string_view id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+
+  const absl::Duration idle_ttl_;
+  const int64_t max_per_tenant_;
+
+  // Guards the sessions, the per-tenant counts and the stop and end flags.
+  mutable Mutex mutex_;
+  CondVar stop_signal_;
+  absl::flat_hash_map<std::string, Entry> sessions_ ABSL_GUARDED_BY(mutex_);
+  absl::flat_hash_map<std::string, int64_t> per_tenant_ ABSL_GUARDED_BY(mutex_);
+  bool ended_ ABSL_GUARDED_BY(mutex_) = false;
+  bool stop_ ABSL_GUARDED_BY(mutex_) = false;
+  std::thread reaper_;  // last: started once the rest is made
+};
+
+// The status for an id that the store does not hold: NOT_FOUND naming it (quoted, truncated).
+absl::Status SessionNotFound(absl::string_view id);
+
+}  // namespace gradserve::server
+
+#endif  // GRADSERVE_SERVER_SESSION_SESSION_STORE_H_
