@@ -48,6 +48,13 @@ export interface GradRequestMessage {
   return_values: string[];
 }
 
+/**
+ * A GradRequest in protobuf's JSON form (lowerCamelCase names), as a string, Buffer or parsed
+ * object, turned into the message Client.grad takes. Throws an Error for bad JSON or a field
+ * of the wrong type.
+ */
+export function requestFromJSON(json: string | Buffer | object): GradRequestMessage;
+
 export class GraphBuilder {
   leaf(name: string, value: TensorMessage, options?: { requiresGrad?: boolean; device?: string }): this;
   op(op: string, inputs: string[], out: string | string[],

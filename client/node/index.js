@@ -38,17 +38,54 @@ function protoRoot() {
   return path.resolve(__dirname, '..', '..', 'proto');
 }
 
+const LOAD_OPTIONS = {
+  keepCase: true,
+  longs: Number, // shapes are int64; small sizes are exact as Numbers
+  enums: String,
+  defaults: true,
+  oneofs: true,
+};
+
 // The GradService client constructor, from the .proto files.
 function loadService() {
-  const definition = protoLoader.loadSync('gradserve/v1/gradserve.proto', {
-    includeDirs: [protoRoot()],
-    keepCase: true,
-    longs: Number, // shapes are int64; small sizes are exact as Numbers
-    enums: String,
-    defaults: true,
-    oneofs: true,
-  });
+  const definition = protoLoader.loadSync('gradserve/v1/gradserve.proto',
+    { includeDirs: [protoRoot()], ...LOAD_OPTIONS });
   return grpc.loadPackageDefinition(definition).gradserve.v1.GradService;
+}
+
+// ComputeGradients' method definition with the protobuf JSON field names (lowerCamelCase),
+// loaded once, for requestFromJSON.
+let jsonMethod = null;
+
+// A GradRequest in protobuf's JSON form (a string or its parsed object, lowerCamelCase field
+// names as protobuf's JSON printers write them: tests/conformance/*.json, the `gradserve`
+// tool's request files) as the message object Client.grad takes. Throws an Error for text
+// that is not JSON or a field of the wrong type; unknown fields are ignored.
+function requestFromJSON(json) {
+  let object = json;
+  if (typeof json === 'string' || Buffer.isBuffer(json)) {
+    try {
+      object = JSON.parse(json.toString());
+    } catch (err) {
+      throw new Error(`the request is not JSON: ${err.message}`);
+    }
+  }
+  if (object === null || typeof object !== 'object' || Array.isArray(object)) {
+    throw new Error('the request must be a JSON object (a GradRequest)');
+  }
+  if (jsonMethod === null) {
+    const definition = protoLoader.loadSync('gradserve/v1/gradserve.proto',
+      { includeDirs: [protoRoot()], ...LOAD_OPTIONS, keepCase: false });
+    jsonMethod = definition['gradserve.v1.GradService'].ComputeGradients;
+  }
+  let bytes;
+  try {
+    bytes = jsonMethod.requestSerialize(object);
+  } catch (err) {
+    throw new Error(`the request is not a GradRequest: ${err.message}`);
+  }
+  // The same bytes read back with the field names the package uses (snake_case).
+  return loadService().service.ComputeGradients.requestDeserialize(bytes);
 }
 
 const WIDTH = { DTYPE_FLOAT32: 4, DTYPE_FLOAT64: 8, DTYPE_INT64: 8, DTYPE_BOOL: 1 };
@@ -82,6 +119,13 @@ const tensor = {
 function decodeTensor(t) {
   const width = WIDTH[t.dtype];
   if (!width) throw new Error(`decodeTensor: unsupported dtype ${t.dtype}`);
+  const shape = t.shape.map(Number);
+  const dtype = t.dtype.replace('DTYPE_', '').toLowerCase();
+  if (t.contents === 'values' && t.values) {  // the TensorValues form (JSON requests use it)
+    const v = t.values;
+    const list = dtype === 'bool' ? v.bools : dtype === 'int64' ? v.ints.map(Number) : v.doubles;
+    return { dtype, shape, values: [...list] };
+  }
   const values = [];
   for (let off = 0; off + width <= t.data.length; off += width) {
     if (t.dtype === 'DTYPE_FLOAT32') values.push(t.data.readFloatLE(off));
@@ -89,7 +133,7 @@ function decodeTensor(t) {
     else if (t.dtype === 'DTYPE_INT64') values.push(Number(t.data.readBigInt64LE(off)));
     else values.push(t.data[off] !== 0);
   }
-  return { dtype: t.dtype.replace('DTYPE_', '').toLowerCase(), shape: t.shape.map(Number), values };
+  return { dtype, shape, values };
 }
 
 // An AttrValue message for a JavaScript value: boolean -> b, integer -> i, other number -> f,
@@ -362,6 +406,6 @@ class Client {
 }
 
 module.exports = {
-  Client, GraphBuilder, tensor, decodeTensor, attrValue, channelCredentials, connect,
-  grpcTarget, isValidToken, resolveToken, SERVICE_CONFIG, status: grpc.status,
+  Client, GraphBuilder, tensor, decodeTensor, attrValue, requestFromJSON, channelCredentials,
+  connect, grpcTarget, isValidToken, resolveToken, SERVICE_CONFIG, status: grpc.status,
 };
