@@ -84,8 +84,13 @@ export interface GradResult {
 
 export class Client {
   constructor(target: string, options?: SecurityOptions);
-  /** Rejects with grpc-js's ServiceError (code, details). */
-  grad(request: GraphBuilder | GradRequestMessage, options?: { deadlineSeconds?: number }): Promise<GradResult>;
+  /**
+   * Rejects with grpc-js's ServiceError (code, details). stream: true for
+   * ComputeGradientsStream, false for the unary call, left out to stream only a request over
+   * the server's message limit.
+   */
+  grad(request: GraphBuilder | GradRequestMessage,
+       options?: { deadlineSeconds?: number; stream?: boolean }): Promise<GradResult>;
   info(options?: { deadlineSeconds?: number }): Promise<any>;
   ping(payload?: Buffer): Promise<Buffer>;
   close(): void;
