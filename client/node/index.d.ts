@@ -48,6 +48,13 @@ export interface GradRequestMessage {
   return_values: string[];
 }
 
+/**
+ * A GradRequest in protobuf's JSON form (lowerCamelCase names), as a string, Buffer or parsed
+ * object, turned into the message Client.grad takes. Throws an Error for bad JSON or a field
+ * of the wrong type.
+ */
+export function requestFromJSON(json: string | Buffer | object): GradRequestMessage;
+
 export class GraphBuilder {
   leaf(name: string, value: TensorMessage, options?: { requiresGrad?: boolean; device?: string }): this;
   op(op: string, inputs: string[], out: string | string[],
@@ -77,8 +84,13 @@ export interface GradResult {
 
 export class Client {
   constructor(target: string, options?: SecurityOptions);
-  /** Rejects with grpc-js's ServiceError (code, details). */
-  grad(request: GraphBuilder | GradRequestMessage, options?: { deadlineSeconds?: number }): Promise<GradResult>;
+  /**
+   * Rejects with grpc-js's ServiceError (code, details). stream: true for
+   * ComputeGradientsStream, false for the unary call, left out to stream only a request over
+   * the server's message limit.
+   */
+  grad(request: GraphBuilder | GradRequestMessage,
+       options?: { deadlineSeconds?: number; stream?: boolean }): Promise<GradResult>;
   info(options?: { deadlineSeconds?: number }): Promise<any>;
   ping(payload?: Buffer): Promise<Buffer>;
   close(): void;

@@ -18,8 +18,10 @@
 // tls_ca, tls_cert, tls_key, token, token_file (default: GRADSERVE_TOKEN). A failed call
 // rejects with grpc-js's error (err.code, err.details: the server's message naming the node,
 // op and value); mistakes found before sending throw an Error naming the option or value.
-// The proto files: GRADSERVE_PROTO_DIR, else proto/ in this package (npm pack copies it
-// there), else the repository's proto/.
+// A request over 4 MiB and over the server's message limit goes through ComputeGradientsStream
+// in Chunks (docs/streaming.md); grad's stream option forces either way. requestFromJSON reads
+// a GradRequest in protobuf JSON. The proto files: GRADSERVE_PROTO_DIR, else proto/ in this
+// package (npm pack copies it there), else the repository's proto/.
 
 'use strict';
 
@@ -38,17 +40,59 @@ function protoRoot() {
   return path.resolve(__dirname, '..', '..', 'proto');
 }
 
-// The GradService client constructor, from the .proto files.
+const LOAD_OPTIONS = {
+  keepCase: true,
+  longs: Number, // shapes are int64; small sizes are exact as Numbers
+  enums: String,
+  defaults: true,
+  oneofs: true,
+};
+
+// The GradService client constructor, from the .proto files (loaded once per proto folder).
+const services = new Map();
 function loadService() {
-  const definition = protoLoader.loadSync('gradserve/v1/gradserve.proto', {
-    includeDirs: [protoRoot()],
-    keepCase: true,
-    longs: Number, // shapes are int64; small sizes are exact as Numbers
-    enums: String,
-    defaults: true,
-    oneofs: true,
-  });
-  return grpc.loadPackageDefinition(definition).gradserve.v1.GradService;
+  const root = protoRoot();
+  if (!services.has(root)) {
+    const definition = protoLoader.loadSync('gradserve/v1/gradserve.proto',
+      { includeDirs: [root], ...LOAD_OPTIONS });
+    services.set(root, grpc.loadPackageDefinition(definition).gradserve.v1.GradService);
+  }
+  return services.get(root);
+}
+
+// ComputeGradients' method definition with the protobuf JSON field names (lowerCamelCase),
+// loaded once, for requestFromJSON.
+let jsonMethod = null;
+
+// A GradRequest in protobuf's JSON form (a string or its parsed object, lowerCamelCase field
+// names as protobuf's JSON printers write them: tests/conformance/*.json, the `gradserve`
+// tool's request files) as the message object Client.grad takes. Throws an Error for text
+// that is not JSON or a field of the wrong type; unknown fields are ignored.
+function requestFromJSON(json) {
+  let object = json;
+  if (typeof json === 'string' || Buffer.isBuffer(json)) {
+    try {
+      object = JSON.parse(json.toString());
+    } catch (err) {
+      throw new Error(`the request is not JSON: ${err.message}`);
+    }
+  }
+  if (object === null || typeof object !== 'object' || Array.isArray(object)) {
+    throw new Error('the request must be a JSON object (a GradRequest)');
+  }
+  if (jsonMethod === null) {
+    const definition = protoLoader.loadSync('gradserve/v1/gradserve.proto',
+      { includeDirs: [protoRoot()], ...LOAD_OPTIONS, keepCase: false });
+    jsonMethod = definition['gradserve.v1.GradService'].ComputeGradients;
+  }
+  let bytes;
+  try {
+    bytes = jsonMethod.requestSerialize(object);
+  } catch (err) {
+    throw new Error(`the request is not a GradRequest: ${err.message}`);
+  }
+  // The same bytes read back with the field names the package uses (snake_case).
+  return loadService().service.ComputeGradients.requestDeserialize(bytes);
 }
 
 const WIDTH = { DTYPE_FLOAT32: 4, DTYPE_FLOAT64: 8, DTYPE_INT64: 8, DTYPE_BOOL: 1 };
@@ -82,6 +126,13 @@ const tensor = {
 function decodeTensor(t) {
   const width = WIDTH[t.dtype];
   if (!width) throw new Error(`decodeTensor: unsupported dtype ${t.dtype}`);
+  const shape = t.shape.map(Number);
+  const dtype = t.dtype.replace('DTYPE_', '').toLowerCase();
+  if (t.contents === 'values' && t.values) {  // the TensorValues form (JSON requests use it)
+    const v = t.values;
+    const list = dtype === 'bool' ? v.bools : dtype === 'int64' ? v.ints.map(Number) : v.doubles;
+    return { dtype, shape, values: [...list] };
+  }
   const values = [];
   for (let off = 0; off + width <= t.data.length; off += width) {
     if (t.dtype === 'DTYPE_FLOAT32') values.push(t.data.readFloatLE(off));
@@ -89,7 +140,7 @@ function decodeTensor(t) {
     else if (t.dtype === 'DTYPE_INT64') values.push(Number(t.data.readBigInt64LE(off)));
     else values.push(t.data[off] !== 0);
   }
-  return { dtype: t.dtype.replace('DTYPE_', '').toLowerCase(), shape: t.shape.map(Number), values };
+  return { dtype, shape, values };
 }
 
 // An AttrValue message for a JavaScript value: boolean -> b, integer -> i, other number -> f,
@@ -318,35 +369,119 @@ function decodeResponse(response) {
   return { calls, values, numNodes: Number(response.num_nodes), response };
 }
 
+// Every gRPC implementation takes messages this large by default: a request up to it is sent
+// unary without asking the server its limit; a larger one is streamed (ComputeGradientsStream)
+// when it is over the server's max_message_bytes too, as the C++, Python and Go clients do.
+const DEFAULT_MESSAGE_LIMIT = 4 << 20;
+// Room left in a chunk for the Chunk message's own fields.
+const CHUNK_OVERHEAD = 1 << 10;
+
+function callOptions(deadlineSeconds) {
+  return deadlineSeconds ? { deadline: new Date(Date.now() + deadlineSeconds * 1000) } : {};
+}
+
+// The serialized request cut into Chunk messages of at most size bytes of data (docs/streaming.md):
+// at least one, the first carrying total_bytes.
+function* chunksOf(payload, size) {
+  for (let start = 0; start < Math.max(payload.length, 1); start += size) {
+    yield { data: payload.subarray(start, start + size), total_bytes: start === 0 ? payload.length : 0 };
+  }
+}
+
 // A connection to one gradserve server or several; see the file's comment.
 class Client {
   constructor(target, options = {}) {
     this.stub = connect(target, options);
+    this.methods = loadService().service;
+    this.limits = null;  // the server's Limits, asked for by the first streamed-size request
   }
 
   // Sends a GraphBuilder or a GradRequest object; resolves to decodeResponse's value.
-  // deadlineSeconds: the call's deadline (default none).
-  grad(request, { deadlineSeconds } = {}) {
+  // deadlineSeconds: the call's deadline (default none). stream: true for
+  // ComputeGradientsStream, false for the unary call, undefined to stream only a request over
+  // the server's message limit (Limits.max_message_bytes, asked once per client).
+  async grad(request, { deadlineSeconds, stream } = {}) {
     const message = request instanceof GraphBuilder ? request.request() : request;
-    const options = deadlineSeconds ? { deadline: new Date(Date.now() + deadlineSeconds * 1000) } : {};
-    return new Promise((resolve, reject) => {
-      this.stub.ComputeGradients(message, options, (err, response) => {
-        if (err) return reject(err);
-        try {
-          return resolve(decodeResponse(response));
-        } catch (e) {
-          return reject(e);
-        }
+    const method = this.methods.ComputeGradients;
+    let payload;
+    try {
+      payload = method.requestSerialize(message);
+    } catch (err) {
+      throw new Error(`the request is not a GradRequest: ${err.message}`);
+    }
+    const options = callOptions(deadlineSeconds);
+    if (stream === undefined) {
+      stream = payload.length > DEFAULT_MESSAGE_LIMIT &&
+               payload.length > (await this.serverLimits(options)).max_message_bytes;
+    }
+    const response = stream ? await this.gradStreamed(payload, options)
+      : await new Promise((resolve, reject) => {
+        this.stub.makeUnaryRequest(method.path, (bytes) => bytes, method.responseDeserialize,
+          payload, options, (err, r) => (err ? reject(err) : resolve(r)));
       });
+    return decodeResponse(response);
+  }
+
+  // The server's Limits, cached; all zeros (unknown) when the token may not call
+  // GetServerInfo (docs/security.md): then a request over DEFAULT_MESSAGE_LIMIT is streamed in
+  // chunks of that size.
+  async serverLimits(options) {
+    if (this.limits === null) {
+      try {
+        this.limits = (await this.callInfo(options)).limits;
+      } catch (err) {
+        if (err.code !== grpc.status.PERMISSION_DENIED) throw err;
+        this.limits = { max_message_bytes: 0, chunk_bytes: 0 };
+      }
+    }
+    return this.limits;
+  }
+
+  // ComputeGradientsStream: payload (a serialized GradRequest) as Chunks, written as the
+  // stream takes them; resolves to the GradResponse joined from the answer's Chunks.
+  async gradStreamed(payload, options) {
+    const limits = await this.serverLimits(options);
+    const size = Math.max(1, Math.min(Number(limits.chunk_bytes) || DEFAULT_MESSAGE_LIMIT,
+      (Number(limits.max_message_bytes) || DEFAULT_MESSAGE_LIMIT) - CHUNK_OVERHEAD));
+    const method = this.methods.ComputeGradients;
+    const joined = await new Promise((resolve, reject) => {
+      const call = this.stub.ComputeGradientsStream(options);
+      const pieces = [];
+      let ended = false;
+      let ok = false;
+      const finish = () => { if (ended && ok) resolve(Buffer.concat(pieces)); };
+      call.on('data', (chunk) => pieces.push(chunk.data));
+      call.on('end', () => { ended = true; finish(); });
+      call.on('status', (s) => { ok = s.code === grpc.status.OK; finish(); });
+      call.on('error', reject);
+      const chunks = chunksOf(payload, size);
+      const write = () => {
+        for (let c = chunks.next(); !c.done; c = chunks.next()) {
+          if (!call.write(c.value)) return call.once('drain', write);
+        }
+        return call.end();
+      };
+      write();
+    });
+    try {
+      return method.responseDeserialize(joined);
+    } catch (err) {
+      const e = new Error(`the server's streamed response is malformed: ${err.message}`);
+      e.code = grpc.status.INTERNAL;
+      e.details = e.message;
+      throw e;
+    }
+  }
+
+  callInfo(options) {
+    return new Promise((resolve, reject) => {
+      this.stub.GetServerInfo({}, options, (err, info) => (err ? reject(err) : resolve(info)));
     });
   }
 
   // Resolves to the server's ServerInfo message.
   info({ deadlineSeconds } = {}) {
-    const options = deadlineSeconds ? { deadline: new Date(Date.now() + deadlineSeconds * 1000) } : {};
-    return new Promise((resolve, reject) => {
-      this.stub.GetServerInfo({}, options, (err, info) => (err ? reject(err) : resolve(info)));
-    });
+    return this.callInfo(callOptions(deadlineSeconds));
   }
 
   // Resolves to the echoed payload (a Buffer).
@@ -362,6 +497,6 @@ class Client {
 }
 
 module.exports = {
-  Client, GraphBuilder, tensor, decodeTensor, attrValue, channelCredentials, connect,
-  grpcTarget, isValidToken, resolveToken, SERVICE_CONFIG, status: grpc.status,
+  Client, GraphBuilder, tensor, decodeTensor, attrValue, requestFromJSON, channelCredentials,
+  connect, grpcTarget, isValidToken, resolveToken, SERVICE_CONFIG, status: grpc.status,
 };

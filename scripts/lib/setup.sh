@@ -22,6 +22,8 @@ GRADSERVE_PACKAGES=(
   python3-pip python3-setuptools python3-venv
   # `gradserve graph --format=svg|png` pipes its DOT through Graphviz's dot.
   graphviz
+  # The Python package's type check (ctest python_types): mypy over client/python/gradserve.
+  mypy
   # The Go client (client/go, ctest go_client), built offline from Debian's Go sources. Name
   # the -1-5-dev package: without it apt picks golang/protobuf 1.3 (shared/RECIPES.md).
   golang-go golang-google-grpc-dev golang-google-protobuf-dev

@@ -45,5 +45,5 @@ from gradserve.credentials import channel_credentials  # noqa: E402
 from gradserve.graph import GraphBuilder, attr_value, backward_call  # noqa: E402
 from gradserve.tensors import from_tensor, to_tensor  # noqa: E402
 
-__all__ = ["CallResult", "Client", "GradResult", "GradserveError", "GraphBuilder", "attr_value",
-           "channel_credentials", "from_tensor", "to_tensor"]
+__all__ = ["CallResult", "Client", "GradResult", "GradserveError", "GraphBuilder", "Session",
+           "attr_value", "backward_call", "channel_credentials", "from_tensor", "to_tensor"]

@@ -14,9 +14,13 @@ package) live in OUTDIR/health and are loaded by file path.
 Errors: ImportError naming GRADSERVE_PY_STUBS and generate.sh when no stubs are found.
 """
 
+from __future__ import annotations
+
 import importlib.util
 import os
 import sys
+from types import ModuleType
+from typing import List
 
 ENV_VAR = "GRADSERVE_PY_STUBS"
 _MARKER = os.path.join("gradserve", "v1", "gradserve_pb2.py")
@@ -26,12 +30,12 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _BUILT_IN = os.path.join(_PACKAGE_DIR, "v1", "gradserve_pb2.py")
 
 
-def find_stubs_dir():
+def find_stubs_dir() -> str:
     """Returns the directory generate.sh wrote to, or raises ImportError; for an installed
     package, the folder that holds the package (its stubs are inside it)."""
     if os.path.isfile(_BUILT_IN):
         return os.path.dirname(_PACKAGE_DIR)
-    candidates = []
+    candidates: List[str] = []
     if os.environ.get(ENV_VAR):
         candidates.append(os.environ[ENV_VAR])
     candidates.extend(p for p in sys.path if p)
@@ -43,7 +47,7 @@ def find_stubs_dir():
         f"{ENV_VAR}=OUTDIR (looked in {ENV_VAR}={os.environ.get(ENV_VAR, '')!r} and sys.path)")
 
 
-def install(package_path):
+def install(package_path: List[str]) -> str:
     """Extends the gradserve package's __path__ with the stubs; returns the stubs directory."""
     stubs = find_stubs_dir()
     if os.path.isfile(_BUILT_IN):
@@ -54,7 +58,7 @@ def install(package_path):
     return stubs
 
 
-def load_health_module(stubs_dir):
+def load_health_module(stubs_dir: str) -> ModuleType:
     """The generated grpc.health.v1 messages module, loaded from its file under a private name."""
     name = "gradserve._health_pb2"
     if name in sys.modules:
@@ -66,6 +70,8 @@ def load_health_module(stubs_dir):
     if not os.path.isfile(path):
         raise ImportError(f"gradserve: {path} missing; rerun client/python/generate.sh")
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"gradserve: {path} cannot be loaded as a module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)

@@ -24,10 +24,10 @@ import grpc
 import grpc.aio
 
 from gradserve import _stubs, chunks
-from gradserve.client import (_CHUNK_OVERHEAD, _DEFAULT_MESSAGE_LIMIT, GradResult, GradserveError,
-                              _as_request)
+from gradserve.client import (_CHUNK_OVERHEAD, _DEFAULT_MESSAGE_LIMIT, GradInput, GradResult,
+                              GradserveError, _as_request)
 from gradserve.credentials import channel_credentials, resolve_token
-from gradserve.targets import CHANNEL_OPTIONS, grpc_target
+from gradserve.targets import CHANNEL_OPTIONS, ChannelOption, grpc_target
 from gradserve.v1 import gradserve_pb2, gradserve_pb2_grpc
 
 
@@ -36,7 +36,7 @@ class AsyncClient:
 
     def __init__(self, target: str, *, timeout: Optional[float] = None,
                  credentials: Optional[grpc.ChannelCredentials] = None,
-                 channel_options: Sequence[tuple] = (), tls: bool = False,
+                 channel_options: Sequence[ChannelOption] = (), tls: bool = False,
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
                  tls_key: Optional[str] = None, token: Optional[str] = None,
                  token_file: Optional[str] = None) -> None:
@@ -98,7 +98,8 @@ class AsyncClient:
             raise GradserveError(grpc.StatusCode.UNAVAILABLE,
                                  f"not connected after {timeout} s", "wait_ready") from None
 
-    async def grad(self, request: Any, calls: Optional[Iterable] = None, *,
+    async def grad(self, request: GradInput,
+                   calls: Optional[Iterable[gradserve_pb2.BackwardCall]] = None, *,
                    return_values: Sequence[str] = (), request_id: Optional[str] = None,
                    timeout: Optional[float] = None, stream: Optional[bool] = None) -> GradResult:
         """As Client.grad: a GraphBuilder, GradRequest or Graph in, a GradResult out."""

@@ -14,11 +14,15 @@ Errors: join_data raises ValueError for bytes that are no Chunk message.
 Thread safety: the functions are pure.
 """
 
+from __future__ import annotations
+
+from typing import Iterable, Iterator, Tuple
+
 _DATA_TAG = b"\x0a"  # field 1, length-delimited
 _TOTAL_BYTES_TAG = b"\x10"  # field 2, varint
 
 
-def _varint(value):
+def _varint(value: int) -> bytes:
     out = bytearray()
     value &= (1 << 64) - 1  # int64 as protobuf writes it: two's complement
     while True:
@@ -31,7 +35,7 @@ def _varint(value):
             return bytes(out)
 
 
-def chunk_messages(payload, chunk_bytes):
+def chunk_messages(payload: bytes, chunk_bytes: int) -> Iterator[bytes]:
     """Yields the serialized Chunks of payload (bytes), chunk_bytes of data each (at least one
     Chunk, empty for an empty payload); the first carries total_bytes."""
     view = memoryview(payload)
@@ -45,7 +49,7 @@ def chunk_messages(payload, chunk_bytes):
         yield b"".join(parts)
 
 
-def _read_varint(view, pos):
+def _read_varint(view: memoryview, pos: int) -> Tuple[int, int]:
     value = shift = 0
     while shift < 70:
         if pos >= len(view):
@@ -59,7 +63,7 @@ def _read_varint(view, pos):
     raise ValueError("a Chunk has a varint longer than ten bytes")
 
 
-def _data(message):
+def _data(message: bytes) -> memoryview:
     """The data field of one serialized Chunk, as a view into it (the last one, as protobuf)."""
     view = memoryview(message)
     data = view[0:0]
@@ -85,6 +89,6 @@ def _data(message):
     return data
 
 
-def join_data(messages):
+def join_data(messages: Iterable[bytes]) -> bytes:
     """The data of the serialized Chunks in messages (an iterable of bytes), joined."""
     return b"".join([_data(m) for m in messages])

@@ -12,12 +12,17 @@ Threading: a Client may be shared by threads; each call is independent (the gRPC
 thread-safe). The cached server limits are written at most once per client and race benignly.
 """
 
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, TypeVar, Union
+
 import grpc
+import numpy as np
 
 from gradserve import _stubs, chunks
 from gradserve.credentials import channel_credentials, resolve_token
 from gradserve.graph import GraphBuilder
-from gradserve.targets import CHANNEL_OPTIONS, SESSION_CHANNEL_OPTIONS, grpc_target
+from gradserve.targets import CHANNEL_OPTIONS, SESSION_CHANNEL_OPTIONS, ChannelOption, grpc_target
 from gradserve.tensors import from_tensor
 from gradserve.v1 import gradserve_pb2, gradserve_pb2_grpc, graph_pb2
 
@@ -27,11 +32,16 @@ _DEFAULT_MESSAGE_LIMIT = 4 << 20
 # Room left in a chunk for the Chunk message's own fields.
 _CHUNK_OVERHEAD = 1 << 10
 
+# What grad() and forward() take as the request.
+GradInput = Union[GraphBuilder, gradserve_pb2.GradRequest, graph_pb2.Graph]
+
+_T = TypeVar("_T")
+
 
 class GradserveError(Exception):
     """A failed call: ``code`` (grpc.StatusCode), ``message`` (the server's) and ``method``."""
 
-    def __init__(self, code, message, method):
+    def __init__(self, code: grpc.StatusCode, message: str, method: str) -> None:
         super().__init__(f"{method}: {code.name}: {message}")
         self.code = code
         self.message = message
@@ -45,17 +55,17 @@ class CallResult:
       materialize_grads was off. connected: name -> whether the roots reach the input.
     """
 
-    def __init__(self, message):
-        self.gradients = {}
-        self.connected = {}
+    def __init__(self, message: gradserve_pb2.CallResult) -> None:
+        self.gradients: Dict[str, Optional[np.ndarray]] = {}
+        self.connected: Dict[str, bool] = {}
         for g in message.gradients:
             self.gradients[g.name] = from_tensor(g.value) if g.HasField("value") else None
             self.connected[g.name] = g.connected
 
-    def __getitem__(self, name):
+    def __getitem__(self, name: str) -> Optional[np.ndarray]:
         return self.gradients[name]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"CallResult({self.gradients!r})"
 
 
@@ -63,18 +73,21 @@ class GradResult:
     """A GradResponse as numpy: calls (CallResult per BackwardCall), values (name -> array),
     num_nodes, timings (stage -> microseconds), request_id, and the raw message as response."""
 
-    def __init__(self, response):
+    def __init__(self, response: gradserve_pb2.GradResponse) -> None:
         self.response = response
-        self.request_id = response.request_id
-        self.calls = [CallResult(c) for c in response.calls]
-        self.values = {v.name: from_tensor(v.value) for v in response.values}
-        self.num_nodes = response.num_nodes
+        self.request_id: str = response.request_id
+        self.calls: List[CallResult] = [CallResult(c) for c in response.calls]
+        self.values: Dict[str, np.ndarray] = {v.name: from_tensor(v.value)
+                                              for v in response.values}
+        self.num_nodes: int = response.num_nodes
         t = response.timings
-        self.timings = {"queue_us": t.queue_us, "forward_us": t.forward_us,
+        self.timings: Dict[str, int] = {"queue_us": t.queue_us, "forward_us": t.forward_us,
                         "backward_us": t.backward_us, "total_us": t.total_us}
 
 
-def _as_request(request, calls, return_values, request_id):
+def _as_request(request: GradInput, calls: Optional[Iterable[gradserve_pb2.BackwardCall]],
+                return_values: Iterable[str], request_id: Optional[str]
+                ) -> gradserve_pb2.GradRequest:
     if isinstance(request, GraphBuilder):
         message = request.request()
     elif isinstance(request, gradserve_pb2.GradRequest):
@@ -113,9 +126,12 @@ class Client:
     UNAUTHENTICATED (no or unknown token) or PERMISSION_DENIED (method not allowed).
     """
 
-    def __init__(self, target, *, timeout=None, credentials=None, channel_options=(),
-                 tls=False, tls_ca=None, tls_cert=None, tls_key=None, token=None,
-                 token_file=None):
+    def __init__(self, target: str, *, timeout: Optional[float] = None,
+                 credentials: Optional[grpc.ChannelCredentials] = None,
+                 channel_options: Sequence[ChannelOption] = (), tls: bool = False,
+                 tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
+                 tls_key: Optional[str] = None, token: Optional[str] = None,
+                 token_file: Optional[str] = None) -> None:
         if credentials is None:
             credentials = channel_credentials(tls=tls, tls_ca=tls_ca, tls_cert=tls_cert,
                                               tls_key=tls_key, token=token,
@@ -138,13 +154,13 @@ class Client:
         self._channel = self._open(target, credentials, options)
         # Sessions' calls, made on first use (docs/sessions.md).
         self._session_channel_args = (target, credentials, session_options)
-        self._session_stub = None
+        self._session_stub: Any = None
         self._stub = gradserve_pb2_grpc.GradServiceStub(self._channel)
         # ComputeGradientsStream on bytes: the Chunks are written and read by gradserve/chunks.py.
         self._stream = self._channel.stream_stream(
             "/gradserve.v1.GradService/ComputeGradientsStream")
         self._timeout = timeout
-        self._limits = None
+        self._limits: Optional[gradserve_pb2.Limits] = None
         health = _stubs.load_health_module(_stubs.find_stubs_dir())
         self._health_pb2 = health
         self._health_check = self._channel.unary_unary(
@@ -153,30 +169,32 @@ class Client:
             response_deserializer=health.HealthCheckResponse.FromString)
 
     @staticmethod
-    def _open(target, credentials, options):
+    def _open(target: str, credentials: Optional[grpc.ChannelCredentials],
+              options: Sequence[ChannelOption]) -> grpc.Channel:
         if credentials is None:
             return grpc.insecure_channel(target, options=options)
         return grpc.secure_channel(target, credentials, options=options)
 
-    def close(self):
+    def close(self) -> None:
         """Closes the channels; calls in flight are cancelled."""
         self._channel.close()
         if self._session_stub is not None:
             self._session_channel.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method, fn, timeout):
+    def _call(self, method: str, fn: Callable[[Optional[float]], _T],
+              timeout: Optional[float]) -> _T:
         try:
             return fn(self._timeout if timeout is None else timeout)
         except grpc.RpcError as e:
             raise GradserveError(e.code(), e.details() or "", method) from None
 
-    def wait_ready(self, timeout):
+    def wait_ready(self, timeout: Optional[float]) -> None:
         """Blocks until the channel connects; GradserveError(UNAVAILABLE) after timeout."""
         try:
             grpc.channel_ready_future(self._channel).result(timeout=timeout)
@@ -184,8 +202,10 @@ class Client:
             raise GradserveError(grpc.StatusCode.UNAVAILABLE,
                                  f"not connected after {timeout} s", "wait_ready") from None
 
-    def grad(self, request, calls=None, *, return_values=(), request_id=None, timeout=None,
-             stream=None):
+    def grad(self, request: GradInput,
+             calls: Optional[Iterable[gradserve_pb2.BackwardCall]] = None, *,
+             return_values: Iterable[str] = (), request_id: Optional[str] = None,
+             timeout: Optional[float] = None, stream: Optional[bool] = None) -> GradResult:
         """Records the graph on the server, runs the backward calls and returns a GradResult.
 
         request: a GraphBuilder, a GradRequest or a Graph; calls (BackwardCall messages) and
@@ -205,7 +225,8 @@ class Client:
             return GradResult(response)
         return GradResult(self._grad_streamed(payload, timeout))
 
-    def forward(self, request, *, return_values=(), request_id=None, timeout=None):
+    def forward(self, request: GradInput, *, return_values: Iterable[str] = (),
+                request_id: Optional[str] = None, timeout: Optional[float] = None) -> Session:
         """Runs the graph forward on the server and holds it there: returns a Session.
 
         request: as grad()'s (its backward calls are ignored); return_values: forward values to
@@ -221,13 +242,13 @@ class Client:
         response = self._call("Forward", lambda t: stub.Forward(forward, timeout=t), timeout)
         return Session(self, stub, response)
 
-    def _sessions(self):
+    def _sessions(self) -> Any:
         if self._session_stub is None:  # races benignly: the loser's channel is dropped
             self._session_channel = self._open(*self._session_channel_args)
             self._session_stub = gradserve_pb2_grpc.GradServiceStub(self._session_channel)
         return self._session_stub
 
-    def _server_limits(self, timeout):
+    def _server_limits(self, timeout: Optional[float]) -> gradserve_pb2.Limits:
         if self._limits is None:
             try:
                 self._limits = self.info(timeout).limits
@@ -240,12 +261,13 @@ class Client:
                 self._limits = gradserve_pb2.Limits()
         return self._limits
 
-    def _grad_streamed(self, payload, timeout):
+    def _grad_streamed(self, payload: bytes, timeout: Optional[float]
+                       ) -> gradserve_pb2.GradResponse:
         limits = self._server_limits(timeout)
         size = max(1, min(limits.chunk_bytes or _DEFAULT_MESSAGE_LIMIT,
                           (limits.max_message_bytes or _DEFAULT_MESSAGE_LIMIT) - _CHUNK_OVERHEAD))
 
-        def run(t):  # the Chunks as bytes (gradserve/chunks.py)
+        def run(t: Optional[float]) -> bytes:  # the Chunks as bytes (gradserve/chunks.py)
             try:
                 return chunks.join_data(
                     self._stream(chunks.chunk_messages(payload, size), timeout=t))
@@ -257,18 +279,18 @@ class Client:
         response = self._call("ComputeGradientsStream", run, timeout)
         return gradserve_pb2.GradResponse.FromString(response)
 
-    def info(self, timeout=None):
+    def info(self, timeout: Optional[float] = None) -> gradserve_pb2.ServerInfo:
         """The server's ServerInfo message: version, limits, devices, ops and counters."""
         return self._call("GetServerInfo", lambda t: self._stub.GetServerInfo(
             gradserve_pb2.ServerInfoRequest(), timeout=t), timeout)
 
-    def ping(self, payload=b"", timeout=None):
+    def ping(self, payload: bytes = b"", timeout: Optional[float] = None) -> bytes:
         """Echoes payload through the server; returns the echoed bytes."""
         response = self._call("Ping", lambda t: self._stub.Ping(
             gradserve_pb2.PingRequest(payload=payload), timeout=t), timeout)
         return response.payload
 
-    def health(self, service="", timeout=None):
+    def health(self, service: str = "", timeout: Optional[float] = None) -> str:
         """The grpc.health.v1 status name of service ("" for the whole server): "SERVING",
         "NOT_SERVING", ... Raises GradserveError (e.g. NOT_FOUND for an unknown service)."""
         response = self._call("Health/Check", lambda t: self._health_check(
@@ -287,27 +309,29 @@ class Session:
     NOT_FOUND or UNAVAILABLE: run the forward pass again (docs/sessions.md).
     """
 
-    def __init__(self, client, stub, response):
+    def __init__(self, client: Client, stub: Any,
+                 response: gradserve_pb2.ForwardResponse) -> None:
         self._client = client
         self._stub = stub
         self.response = response
-        self.session_id = response.session_id
-        self.values = {v.name: from_tensor(v.value) for v in response.values}
-        self.num_nodes = response.num_nodes
+        self.session_id: str = response.session_id
+        self.values: Dict[str, np.ndarray] = {v.name: from_tensor(v.value)
+                                              for v in response.values}
+        self.num_nodes: int = response.num_nodes
         self._released = False
 
-    def backward(self, calls, *, request_id="", timeout=None):
+    def backward(self, calls: Union[GraphBuilder, Iterable[gradserve_pb2.BackwardCall]], *,
+                 request_id: str = "", timeout: Optional[float] = None) -> List[CallResult]:
         """Runs calls (BackwardCall messages: gradserve.backward_call(...), or a GraphBuilder's
         backward calls) in order; returns a CallResult per call."""
-        if isinstance(calls, GraphBuilder):
-            calls = calls.request().calls
+        messages = list(calls.request().calls if isinstance(calls, GraphBuilder) else calls)
         request = gradserve_pb2.BackwardRequest(request_id=request_id,
-                                                session_id=self.session_id, calls=list(calls))
+                                                session_id=self.session_id, calls=messages)
         response = self._client._call(
             "Backward", lambda t: self._stub.Backward(request, timeout=t), timeout)
         return [CallResult(c) for c in response.calls]
 
-    def release(self, timeout=None):
+    def release(self, timeout: Optional[float] = None) -> None:
         """Ends the session on the server, freeing its memory; a second release does nothing."""
         if self._released:
             return
@@ -315,10 +339,10 @@ class Session:
         request = gradserve_pb2.ReleaseRequest(session_id=self.session_id)
         self._client._call("Release", lambda t: self._stub.Release(request, timeout=t), timeout)
 
-    def __enter__(self):
+    def __enter__(self) -> Session:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         try:
             self.release()
         except GradserveError as e:

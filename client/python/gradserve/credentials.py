@@ -18,27 +18,30 @@ spaces, or a token without TLS (a token sent in plaintext is anyone's who sees i
 refuses that combination too). No message quotes a token or a file's contents.
 """
 
+from __future__ import annotations
+
 import os
+from typing import Optional
 
 import grpc
 
 TOKEN_ENV = "GRADSERVE_TOKEN"
 
 
-def is_valid_token(token):
+def is_valid_token(token: Optional[str]) -> bool:
     """Whether token can be sent as a bearer token: printable ASCII, no spaces, not empty."""
-    return bool(token) and all(" " < c < "\x7f" for c in token)
+    return token is not None and token != "" and all(" " < c < "\x7f" for c in token)
 
 
-def _read(path, option, mode="rb"):
+def _read(path: str, option: str) -> bytes:
     try:
-        with open(path, mode) as f:
+        with open(path, "rb") as f:
             return f.read()
     except OSError as e:
         raise ValueError(f"{option} {path}: cannot be read: {e.strerror}") from None
 
 
-def read_token_file(path):
+def read_token_file(path: str) -> str:
     """The token in a file: its first line, surrounding whitespace removed; ValueError if the
     file cannot be read or the line is not printable ASCII without spaces."""
     text = _read(path, "token_file").decode("utf-8", errors="replace")
@@ -49,7 +52,8 @@ def read_token_file(path):
     return token
 
 
-def resolve_token(token=None, token_file=None):
+def resolve_token(token: Optional[str] = None, token_file: Optional[str] = None
+                  ) -> Optional[str]:
     """The bearer token to send, or None: token if given (an empty string: none, and the
     environment is not read), else token_file's first line, else GRADSERVE_TOKEN if set."""
     if token is not None and token_file is not None:
@@ -68,8 +72,10 @@ def resolve_token(token=None, token_file=None):
     return None
 
 
-def channel_credentials(*, tls=False, tls_ca=None, tls_cert=None, tls_key=None, token=None,
-                        token_file=None):
+def channel_credentials(*, tls: bool = False, tls_ca: Optional[str] = None,
+                        tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
+                        token: Optional[str] = None, token_file: Optional[str] = None
+                        ) -> Optional[grpc.ChannelCredentials]:
     """grpc.ChannelCredentials for these options, or None for plaintext.
 
     tls: TLS even without tls_ca (the server's certificate then checked against the system's

@@ -17,15 +17,23 @@ empty or already defined in this graph (the server checks the rest). Thread safe
 not thread-safe; build a request in one thread, then send it from any.
 """
 
+from __future__ import annotations
+
 import numbers
+from typing import List, Mapping, Optional, Sequence, Set, Union
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from gradserve.tensors import fill_tensor, wire_array
 from gradserve.v1 import gradserve_pb2, graph_pb2
 
+# What attr_value takes: a Python or numpy scalar, a sequence of them, or an AttrValue.
+AttrInput = Union[bool, int, float, str, np.generic, Sequence[Union[bool, int, float, str]],
+                  graph_pb2.AttrValue]
 
-def attr_value(value):
+
+def attr_value(value: AttrInput) -> graph_pb2.AttrValue:
     """The AttrValue message for a Python value; see the module docstring for the mapping."""
     if isinstance(value, graph_pb2.AttrValue):
         return value
@@ -49,9 +57,12 @@ def attr_value(value):
                     "of int, float, str")
 
 
-def backward_call(roots, seeds=None, inputs=(), *, accumulate_grad=False, retain_graph=False,
-                  create_graph=False, allow_unused=False, materialize_grads=False,
-                  detect_anomaly=False):
+def backward_call(roots: Union[str, Sequence[str]],
+                  seeds: Optional[Mapping[str, ArrayLike]] = None, inputs: Sequence[str] = (),
+                  *, accumulate_grad: bool = False, retain_graph: bool = False,
+                  create_graph: bool = False, allow_unused: bool = False,
+                  materialize_grads: bool = False, detect_anomaly: bool = False
+                  ) -> gradserve_pb2.BackwardCall:
     """A BackwardCall message (the fields of gradserve.proto's BackwardCall).
 
     roots: a name or a list of names; seeds: {root name: array}, roots left out must have
@@ -75,20 +86,21 @@ class GraphBuilder:
     Every method returns the builder, so calls chain.
     """
 
-    def __init__(self, inputs=()):
+    def __init__(self, inputs: Sequence[str] = ()) -> None:
         self._graph = graph_pb2.Graph(inputs=list(inputs))
-        self._names = set(self._graph.inputs)
-        self._calls = []
-        self._return_values = []
+        self._names: Set[str] = set(self._graph.inputs)
+        self._calls: List[gradserve_pb2.BackwardCall] = []
+        self._return_values: List[str] = []
 
-    def _define(self, name):
+    def _define(self, name: str) -> None:
         if not name:
             raise ValueError("value names must not be empty")
         if name in self._names:
             raise ValueError(f"value {name!r} is already defined in this graph")
         self._names.add(name)
 
-    def leaf(self, name, array, requires_grad=False, device=""):
+    def leaf(self, name: str, array: ArrayLike, requires_grad: bool = False, device: str = ""
+             ) -> GraphBuilder:
         """Adds a leaf tensor (a numpy array; see tensors.to_tensor for the accepted dtypes)."""
         array = wire_array(array)  # a bad dtype raises before anything is added
         self._define(name)
@@ -96,7 +108,9 @@ class GraphBuilder:
         fill_tensor(leaf.value, array, device)  # in place: a copy of a big array fewer
         return self
 
-    def op(self, op, inputs, /, out, *, no_grad=False, body=None, **attrs):
+    def op(self, op: str, inputs: Sequence[str], /, out: Union[str, Sequence[str]], *,
+           no_grad: bool = False, body: Optional[GraphBuilder] = None, **attrs: AttrInput
+           ) -> GraphBuilder:
         """Adds an op.
 
         op: the op's name ("mul", "grad", "checkpoint", ...); inputs: value names in the op's
@@ -117,28 +131,30 @@ class GraphBuilder:
             message.body.CopyFrom(body.graph())
         return self
 
-    def outputs(self, *names):
+    def outputs(self, *names: str) -> GraphBuilder:
         """Sets a checkpoint body's outputs, bound in order to the checkpoint op's outputs."""
         self._graph.outputs[:] = list(names)
         return self
 
-    def backward_call(self, roots, seeds=None, inputs=(), **options):
+    def backward_call(self, roots: Union[str, Sequence[str]],
+                      seeds: Optional[Mapping[str, ArrayLike]] = None,
+                      inputs: Sequence[str] = (), **options: bool) -> GraphBuilder:
         """Appends a BackwardCall: backward_call(roots, seeds, inputs, **options)."""
         self._calls.append(backward_call(roots, seeds, inputs, **options))
         return self
 
-    def return_values(self, *names):
+    def return_values(self, *names: str) -> GraphBuilder:
         """Asks for these forward values in the response."""
         self._return_values.extend(names)
         return self
 
-    def graph(self):
+    def graph(self) -> graph_pb2.Graph:
         """A copy of the Graph message built so far."""
         copy = graph_pb2.Graph()
         copy.CopyFrom(self._graph)
         return copy
 
-    def request(self, request_id=""):
+    def request(self, request_id: str = "") -> gradserve_pb2.GradRequest:
         """A GradRequest with this graph, its backward calls and return values."""
         return gradserve_pb2.GradRequest(request_id=request_id, graph=self._graph,
                                          calls=self._calls, return_values=self._return_values)

@@ -10,8 +10,14 @@ pure function of its request, so a retry is safe.
 Threading: pure functions.
 """
 
+from __future__ import annotations
+
 import ipaddress
 import json
+from typing import List, Optional, Set, Tuple, Union
+
+# A gRPC channel option: (name, value).
+ChannelOption = Tuple[str, Union[str, int]]
 
 # The same JSON as kServiceConfigJson in client/library/channel_target.h.
 SERVICE_CONFIG = json.dumps({
@@ -36,16 +42,17 @@ RETRY_BUFFER_BYTES = 32 << 20
 
 # A session's calls must reach the replica that answered its Forward (docs/sessions.md): the
 # sessions' channel keeps to one connection, and retries nothing on another server.
-SESSION_CHANNEL_OPTIONS = [("grpc.service_config",
-                            json.dumps({"loadBalancingConfig": [{"pick_first": {}}]})),
-                           ("grpc.service_config_disable_resolution", 1)]
+SESSION_CHANNEL_OPTIONS: List[ChannelOption] = [
+    ("grpc.service_config", json.dumps({"loadBalancingConfig": [{"pick_first": {}}]})),
+    ("grpc.service_config_disable_resolution", 1)]
 
-CHANNEL_OPTIONS = [("grpc.service_config", SERVICE_CONFIG),
-                   ("grpc.service_config_disable_resolution", 1),
-                   ("grpc.per_rpc_retry_buffer_size", RETRY_BUFFER_BYTES)]
+CHANNEL_OPTIONS: List[ChannelOption] = [
+    ("grpc.service_config", SERVICE_CONFIG),
+    ("grpc.service_config_disable_resolution", 1),
+    ("grpc.per_rpc_retry_buffer_size", RETRY_BUFFER_BYTES)]
 
 
-def _family(entry):
+def _family(entry: str) -> Optional[int]:
     """4 or 6 for "A.B.C.D:PORT" or "[V6]:PORT"; None for anything else."""
     host, colon, port = entry.rpartition(":")
     if not colon or not port.isdigit() or len(port) > 5:
@@ -58,7 +65,7 @@ def _family(entry):
         return None
 
 
-def grpc_target(target):
+def grpc_target(target: str) -> str:
     """The gRPC target for target: a list of IP addresses as gRPC's "ipv4:" or "ipv6:" list,
     a single address or a gRPC target URI ("dns:///host:port") unchanged.
 
@@ -71,7 +78,7 @@ def grpc_target(target):
     if "," not in target or "://" in target or target.startswith(("ipv4:", "ipv6:")):
         return target
     entries = [e.strip() for e in target.split(",")]
-    families = set()
+    families: Set[int] = set()
     for entry in entries:
         family = _family(entry)
         if family is None:

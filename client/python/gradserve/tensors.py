@@ -7,21 +7,26 @@ other dtype is a TypeError (cast it first, e.g. ``a.astype(np.int64)``).
 Thread safety: the functions are pure; call them from any thread.
 """
 
+from __future__ import annotations
+
+from typing import Dict
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 from gradserve.v1 import tensor_pb2
 
 # numpy dtype (little-endian) <-> wire dtype.
-_TO_WIRE = {
+_TO_WIRE: Dict[np.dtype, int] = {
     np.dtype("<f4"): tensor_pb2.DTYPE_FLOAT32,
     np.dtype("<f8"): tensor_pb2.DTYPE_FLOAT64,
     np.dtype("<i8"): tensor_pb2.DTYPE_INT64,
     np.dtype("bool"): tensor_pb2.DTYPE_BOOL,
 }
-_FROM_WIRE = {wire: dtype for dtype, wire in _TO_WIRE.items()}
+_FROM_WIRE: Dict[int, np.dtype] = {wire: dtype for dtype, wire in _TO_WIRE.items()}
 
 
-def to_tensor(array, device=""):
+def to_tensor(array: ArrayLike, device: str = "") -> tensor_pb2.Tensor:
     """A Tensor message holding a copy of ``array``.
 
     array: a numpy array, or anything np.asarray accepts (Python floats become float64, ints
@@ -32,7 +37,7 @@ def to_tensor(array, device=""):
     return fill_tensor(tensor_pb2.Tensor(), array, device)
 
 
-def wire_array(array):
+def wire_array(array: ArrayLike) -> np.ndarray:
     """``array`` as a numpy array of a wire dtype, little-endian (not copied if it is one
     already). Raises TypeError as to_tensor does."""
     a = np.asarray(array)
@@ -44,7 +49,8 @@ def wire_array(array):
     return a.astype(_FROM_WIRE[wire], copy=False)
 
 
-def fill_tensor(tensor, array, device=""):
+def fill_tensor(tensor: tensor_pb2.Tensor, array: ArrayLike, device: str = ""
+                ) -> tensor_pb2.Tensor:
     """Sets the Tensor message ``tensor`` (in place, e.g. a field of a bigger message, so that
     its bytes are not copied again into it) to hold a copy of ``array``, as to_tensor does;
     returns it. Raises TypeError, with ``tensor`` untouched, as to_tensor does."""
@@ -58,7 +64,7 @@ def fill_tensor(tensor, array, device=""):
     return tensor
 
 
-def from_tensor(tensor):
+def from_tensor(tensor: tensor_pb2.Tensor) -> np.ndarray:
     """A new, writable numpy array with the contents of a Tensor message.
 
     Accepts raw ``data`` and hand-written ``values``. Raises ValueError if the dtype is

@@ -37,6 +37,7 @@ try:
 except ImportError as e:  # pragma: no cover
     raise ImportError("gradserve.torch needs PyTorch (apt-get install python3-torch)") from e
 
+from gradserve.client import GradResult
 from gradserve.graph import GraphBuilder
 
 
@@ -62,7 +63,7 @@ class TracedGraph:
         self._requires_grad_inputs = requires_grad_inputs
 
     def request(self, output: Optional[str] = None, wrt: Optional[Sequence[str]] = None,
-                **call_options: Any):
+                **call_options: Any) -> GraphBuilder:
         """The builder with one backward call appended: from output (default: the only output,
         which must have one element) with respect to wrt (leaf names; default: every parameter
         that requires grad, then every input that does). call_options: backward_call's."""
@@ -74,7 +75,7 @@ class TracedGraph:
             wrt = list(self.parameters.values()) + self._requires_grad_inputs
         return self.builder.backward_call(output, inputs=list(wrt), **call_options)
 
-    def gradients(self, result, call: int = 0) -> Dict[str, Optional[torch.Tensor]]:
+    def gradients(self, result: GradResult, call: int = 0) -> Dict[str, Optional[torch.Tensor]]:
         """The gradients of backward call `call` of a GradResult, as torch tensors by qualified
         parameter name (and placeholder name for inputs); None where not connected."""
         by_leaf = result.calls[call].gradients
@@ -266,8 +267,9 @@ class _Writer:
         y = self.op(node, "matmul", [x, wt])
         return self.op(node, "add", [y, b], out=node.name)
 
-    def cross_entropy(self, node, x, target, reduction="mean", ignore_index=-100,
-                      label_smoothing=0.0, weight=None) -> str:
+    def cross_entropy(self, node: torch.fx.Node, x: str, target: str, reduction: str = "mean",
+                      ignore_index: int = -100, label_smoothing: float = 0.0,
+                      weight: Optional[str] = None) -> str:
         inputs = [x, target]
         if weight is not None:
             inputs.append(self.value(weight) if isinstance(weight, torch.fx.Node)
@@ -281,14 +283,15 @@ class _Writer:
             return None
         return [int(dim)] if isinstance(dim, int) else [int(d) for d in dim]
 
-    def reduction(self, node, op, x, dim=None, keepdim=False, dtype=None) -> str:
+    def reduction(self, node: torch.fx.Node, op: str, x: str, dim: Any = None,
+                  keepdim: bool = False, dtype: Any = None) -> str:
         if dtype is not None:
             raise UnsupportedError(f"gradserve.torch: node {node.name}: {op} with a dtype")
         return self.op(node, op, [x], out=node.name, dim=self._dims(dim), keepdim=bool(keepdim))
 
     def common(self, node: torch.fx.Node, name: str, x: Any, rest: Tuple, kw: Dict) -> Any:
         """Ops shared by torch functions and Tensor methods, by name; None if unknown."""
-        def arg(i, key, default=None):
+        def arg(i: int, key: str, default: Any = None) -> Any:
             return rest[i] if len(rest) > i else kw.get(key, default)
 
         if name in ("sum", "mean", "amax"):
@@ -320,7 +323,7 @@ class _Writer:
             return self.op(node, name, [x], out=node.name)
         return None
 
-    def method(self, node, name, args, kwargs) -> Any:
+    def method(self, node: torch.fx.Node, name: str, args: Tuple, kwargs: Dict) -> Any:
         x = self.value(args[0])
         if name in ("size", "dim") or not isinstance(x, str):
             return None  # a static size (x.size(0)), used only by reshapes, whose shape is static
@@ -333,7 +336,7 @@ class _Writer:
             raise self.unsupported(node, name)
         return out
 
-    def function(self, node, fn, args, kwargs) -> Any:
+    def function(self, node: torch.fx.Node, fn: Any, args: Tuple, kwargs: Dict) -> Any:
         for op, callables in _BINARY.items():
             if fn in callables:
                 if kwargs.get("alpha", 1) != 1:
@@ -379,7 +382,7 @@ class _Writer:
             if bias is not None:
                 inputs.append(bias)
 
-            def pair(v):
+            def pair(v: Any) -> List[int]:
                 return [int(v), int(v)] if isinstance(v, int) else [int(s) for s in v]
             return self.op(node, "conv2d", inputs, out=node.name,
                            stride=pair(kw.get("stride", rest[2] if len(rest) > 2 else 1)),

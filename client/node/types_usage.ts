@@ -1,0 +1,50 @@
+// A typed use of the gradserve package, checked against index.d.ts by test_types.js (the
+// node_types test: tsc --noEmit --strict). Never run; each @ts-expect-error line is a mistake
+// the types must catch.
+import {
+  Client, GraphBuilder, GradResult, DecodedTensor, ServiceError, requestFromJSON, status, tensor,
+  grpcTarget, resolveToken,
+} from './index';
+
+async function train(target: string): Promise<number[]> {
+  const g = new GraphBuilder()
+    .leaf('x', tensor.float64([1, 2, 3]), { requiresGrad: true })
+    .leaf('t', tensor.int64([0n, 1, 2]))
+    .op('mul', ['x', 'x'], 'y', { attrs: { alpha: { f: 2 } } })
+    .op('sum', ['y'], 'loss', { attrs: { dim: [0], keepdim: false } })
+    .backward('loss', { inputs: ['x'], retainGraph: true })
+    .returnValuesOf('loss');
+  const client = new Client(grpcTarget(target), { tls_ca: 'ca.pem', token: resolveToken() ?? '' });
+  try {
+    const result: GradResult = await client.grad(g, { deadlineSeconds: 10, stream: false });
+    const dx: DecodedTensor | null = result.calls[0].x;
+    const loss: DecodedTensor = result.values.loss;
+    const n: number = result.numNodes + loss.shape.length;
+    const parsed = requestFromJSON('{"graph": {}}');
+    await client.grad(parsed, { stream: true });
+    const echoed: Buffer = await client.ping(Buffer.from('hi'));
+    return dx === null ? [n, echoed.length] : (dx.values as number[]);
+  } catch (err) {
+    const e = err as ServiceError;
+    if (e.code === status.INVALID_ARGUMENT) throw new Error(e.details);
+    throw err;
+  } finally {
+    client.close();
+  }
+}
+
+function mistakes(client: Client): void {
+  // @ts-expect-error values are numbers, not strings
+  tensor.float64(['1']);
+  // @ts-expect-error an op's inputs are a list of names
+  new GraphBuilder().op('neg', 'x', 'y');
+  // @ts-expect-error no such backward option
+  new GraphBuilder().backward('loss', { retain: true });
+  // @ts-expect-error deadlineSeconds is a number
+  void client.grad(new GraphBuilder(), { deadlineSeconds: '10' });
+  // @ts-expect-error a gradient may be null (not connected)
+  const v: DecodedTensor = ({} as GradResult).calls[0].x;
+  void v;
+}
+
+export { train, mistakes };
