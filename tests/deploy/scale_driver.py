@@ -24,7 +24,9 @@ be pinned itself). It prints a summary and exits 1 if a must-hold fails:
   - in every window with a stable set of live replicas, each replica's share of the calls (from
     its GetServerInfo counters) is within 20% of even;
   - the drained replica exits 0 after its calls finish; the added replica gets its share;
-  - two replicas give at least --min-scaling times one replica's calls per second.
+  - two replicas give at least --min-scaling times one replica's calls per second (0: not
+    judged), and at least --min-efficiency times the calls per CPU-second the replicas got,
+    against one replica's: they share no bottleneck, whatever CPU the host leaves them.
 
 Retries: the driver retries UNAVAILABLE itself (up to 5 attempts), so that each failed attempt
 is seen and counted; --grpc-retry adds the gRPC retry policy (service config retryPolicy), which
@@ -584,6 +586,11 @@ class Scenario:
         if scaling < self.args.min_scaling:
             self.failures.append(f"2 replicas gave {scaling:.2f}x one replica's throughput, "
                                  f"under --min-scaling={self.args.min_scaling}")
+        efficiency = scaling / core_ratio if core_ratio else 0.0
+        if efficiency < self.args.min_efficiency:
+            self.failures.append(f"2 replicas gave {efficiency * 100:.0f}% of the throughput "
+                                 f"the CPU they got allows, under --min-efficiency="
+                                 f"{self.args.min_efficiency}")
         if two["failed_attempts"] or one["failed_attempts"]:
             self.failures.append("failed calls in the throughput runs")
         if self.failures:
@@ -625,6 +632,7 @@ def main():
     run.add_argument("--concurrency", type=int, default=8)
     run.add_argument("--throughput-seconds", type=float, default=5)
     run.add_argument("--min-scaling", type=float, default=1.5)
+    run.add_argument("--min-efficiency", type=float, default=0.75)
     run.add_argument("--grpc-retry", action="store_true")
     run.add_argument("--prestop", type=float, default=4,
                      help="seconds between taking r2 out of the hosts file and its SIGTERM")
