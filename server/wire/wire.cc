@@ -1,10 +1,13 @@
 #include "server/wire/wire.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_set.h"
@@ -86,6 +89,31 @@ absl::Status CheckStrings(const google::protobuf::RepeatedPtrField<std::string>&
   return absl::OkStatus();
 }
 
+// Note [Attributes in a deterministic order]
+// An op's attributes are a protobuf map, whose iteration order changes from one parse to the
+// next. Checking them in that order would make a request with two bad attributes name either
+// one, so the same bytes could get two different errors. Each check runs in map order, which
+// costs a good request nothing, and on an error runs again in the order of the attributes'
+// names, whose first error is the one returned.
+absl::Status CheckAttrs(
+    const google::protobuf::Map<std::string, v1::AttrValue>& attrs,
+    absl::FunctionRef<absl::Status(const std::string&, const v1::AttrValue&)> check) {
+  for (const auto& attr : attrs) {
+    if (absl::Status s = check(attr.first, attr.second); !s.ok()) {
+      std::vector<const std::string*> names;
+      names.reserve(attrs.size());
+      for (const auto& a : attrs) names.push_back(&a.first);
+      std::sort(names.begin(), names.end(),
+                [](const std::string* a, const std::string* b) { return *a < *b; });
+      for (const std::string* name : names) {
+        if (absl::Status first = check(*name, attrs.at(*name)); !first.ok()) return first;
+      }
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The strings of one op: its name, inputs, outputs, attribute names and string values.
 absl::Status CheckOpStrings(const v1::Op& op, int index, const graph::Limits& limits,
                             const std::string& scope) {
@@ -106,24 +134,17 @@ absl::Status CheckOpStrings(const v1::Op& op, int index, const graph::Limits& li
       !s.ok()) {
     return s;
   }
-  for (const auto& attr : op.attrs()) {
-    // Not a structured binding: clang 14 (the fuzz build) cannot capture one in a lambda.
-    const std::string& name = attr.first;
-    const v1::AttrValue& value = attr.second;
+  return CheckAttrs(op.attrs(), [&](const std::string& name, const v1::AttrValue& value) {
     if (absl::Status s = CheckString(name, limits,
                                      [&] { return absl::StrCat(described(), ": attribute name"); });
         !s.ok()) {
       return s;
     }
     auto what = [&] { return absl::StrCat(described(), ": attribute ", Quote(name), ": string"); };
-    if (absl::Status s = value.value_case() == v1::AttrValue::kS
-                             ? CheckString(value.s(), limits, what)
-                             : CheckStrings(value.strings().values(), limits, what);
-        !s.ok()) {
-      return s;
-    }
-  }
-  return absl::OkStatus();
+    return value.value_case() == v1::AttrValue::kS
+               ? CheckString(value.s(), limits, what)
+               : CheckStrings(value.strings().values(), limits, what);
+  });
 }
 
 // Checks everything about a wire tensor that can be checked before allocating it. `what` names
@@ -445,14 +466,19 @@ absl::StatusOr<graph::Graph> BuildGraph(const v1::Graph& g, const graph::Limits&
     dst.inputs.assign(op.inputs().begin(), op.inputs().end());
     dst.outputs.assign(op.outputs().begin(), op.outputs().end());
     dst.no_grad = op.no_grad();
-    for (const auto& entry : op.attrs()) {
-      const std::string& name = entry.first;  // captured below: no structured binding (clang 14)
-      const v1::AttrValue& value = entry.second;
-      absl::StatusOr<ops::AttrValue> attr = FromProto(value, [&] {
-        return absl::StrCat(scope, DescribeOp(op, i), ": attribute ", Quote(name));
-      });
-      if (!attr.ok()) return attr.status();
-      dst.attrs.set(name, *std::move(attr));
+    // Note [Attributes in a deterministic order]
+    if (absl::Status s = CheckAttrs(
+            op.attrs(),
+            [&](const std::string& name, const v1::AttrValue& value) -> absl::Status {
+              absl::StatusOr<ops::AttrValue> attr = FromProto(value, [&] {
+                return absl::StrCat(scope, DescribeOp(op, i), ": attribute ", Quote(name));
+              });
+              if (!attr.ok()) return attr.status();
+              dst.attrs.set(name, *std::move(attr));
+              return absl::OkStatus();
+            });
+        !s.ok()) {
+      return s;
     }
     if (op.has_body()) {
       absl::StatusOr<graph::Graph> body =
