@@ -25,9 +25,8 @@ import grpc.aio
 
 from gradserve import _stubs, chunks
 from gradserve.client import (_CHUNK_OVERHEAD, _DEFAULT_MESSAGE_LIMIT, GradInput, GradResult,
-                              GradserveError, _as_request)
-from gradserve.credentials import channel_credentials, resolve_token
-from gradserve.targets import CHANNEL_OPTIONS, ChannelOption, grpc_target
+                              GradserveError, _as_request, channel_settings)
+from gradserve.targets import ChannelOption
 from gradserve.v1 import gradserve_pb2, gradserve_pb2_grpc
 
 
@@ -40,21 +39,9 @@ class AsyncClient:
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
                  tls_key: Optional[str] = None, token: Optional[str] = None,
                  token_file: Optional[str] = None) -> None:
-        if credentials is None:
-            credentials = channel_credentials(tls=tls, tls_ca=tls_ca, tls_cert=tls_cert,
-                                              tls_key=tls_key, token=token, token_file=token_file)
-        else:
-            if tls or tls_ca or tls_cert or tls_key:
-                raise ValueError("give credentials or the tls options, not both")
-            bearer = resolve_token(token, token_file)
-            if bearer is not None:
-                credentials = grpc.composite_channel_credentials(
-                    credentials, grpc.access_token_call_credentials(bearer))
-        target = grpc_target(target)
-        own = {key for key, _ in channel_options}
-        options = ([("grpc.max_receive_message_length", -1),
-                    ("grpc.max_send_message_length", -1)] +
-                   [o for o in CHANNEL_OPTIONS if o[0] not in own] + list(channel_options))
+        target, credentials, options = channel_settings(
+            target, credentials, channel_options, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert,
+            tls_key=tls_key, token=token, token_file=token_file)
         if credentials is None:
             self._channel = grpc.aio.insecure_channel(target, options=options)
         else:

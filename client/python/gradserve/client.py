@@ -85,6 +85,31 @@ class GradResult:
                         "backward_us": t.backward_us, "total_us": t.total_us}
 
 
+def channel_settings(target: str, credentials: Optional[grpc.ChannelCredentials],
+                     channel_options: Sequence[ChannelOption], *, tls: bool,
+                     tls_ca: Optional[str], tls_cert: Optional[str], tls_key: Optional[str],
+                     token: Optional[str], token_file: Optional[str]
+                     ) -> "tuple[str, Optional[grpc.ChannelCredentials], List[ChannelOption]]":
+    """The gRPC target, credentials (None: plaintext) and channel options of a client, blocking
+    or asyncio: the TLS options or the given credentials, with the bearer token; no message
+    size limit of the client's own; CHANNEL_OPTIONS, unless channel_options sets the same key."""
+    if credentials is None:
+        credentials = channel_credentials(tls=tls, tls_ca=tls_ca, tls_cert=tls_cert,
+                                          tls_key=tls_key, token=token, token_file=token_file)
+    else:
+        if tls or tls_ca or tls_cert or tls_key:
+            raise ValueError("give credentials or the tls options, not both")
+        bearer = resolve_token(token, token_file)
+        if bearer is not None:
+            credentials = grpc.composite_channel_credentials(
+                credentials, grpc.access_token_call_credentials(bearer))
+    own = {key for key, _ in channel_options}
+    options = ([("grpc.max_receive_message_length", -1),
+                ("grpc.max_send_message_length", -1)] +
+               [o for o in CHANNEL_OPTIONS if o[0] not in own] + list(channel_options))
+    return grpc_target(target), credentials, options
+
+
 def _as_request(request: GradInput, calls: Optional[Iterable[gradserve_pb2.BackwardCall]],
                 return_values: Iterable[str], request_id: Optional[str]
                 ) -> gradserve_pb2.GradRequest:
@@ -132,22 +157,9 @@ class Client:
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None,
                  tls_key: Optional[str] = None, token: Optional[str] = None,
                  token_file: Optional[str] = None) -> None:
-        if credentials is None:
-            credentials = channel_credentials(tls=tls, tls_ca=tls_ca, tls_cert=tls_cert,
-                                              tls_key=tls_key, token=token,
-                                              token_file=token_file)
-        else:
-            if tls or tls_ca or tls_cert or tls_key:
-                raise ValueError("give credentials or the tls options, not both")
-            bearer = resolve_token(token, token_file)
-            if bearer is not None:
-                credentials = grpc.composite_channel_credentials(
-                    credentials, grpc.access_token_call_credentials(bearer))
-        target = grpc_target(target)
-        own = {key for key, _ in channel_options}
-        options = ([("grpc.max_receive_message_length", -1),
-                    ("grpc.max_send_message_length", -1)] +
-                   [o for o in CHANNEL_OPTIONS if o[0] not in own] + list(channel_options))
+        target, credentials, options = channel_settings(
+            target, credentials, channel_options, tls=tls, tls_ca=tls_ca, tls_cert=tls_cert,
+            tls_key=tls_key, token=token, token_file=token_file)
         session_options = ([("grpc.max_receive_message_length", -1),
                             ("grpc.max_send_message_length", -1)] + SESSION_CHANNEL_OPTIONS +
                            [o for o in channel_options if o[0] != "grpc.service_config"])
