@@ -172,6 +172,11 @@ class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeG
   void Release(const std::string& request_id, absl::string_view trace, metrics::Rpc rpc,
                Tenant* tenant, const absl::Status& status, absl::Time received, int64_t nodes,
                int64_t bytes_in, int64_t bytes_out, const v1::Timings* timings = nullptr);
+  // A Forward or Backward call's tenant, admitted; or its refusal, already counted and logged
+  // (Reject).
+  absl::StatusOr<Tenant*> AdmitSessionCall(const grpc::CallbackServerContext* context,
+                                           const std::string& request_id,
+                                           const std::string& trace, metrics::Rpc rpc);
   // Counts and logs a call refused at admission (through refusal_log_).
   void Reject(const std::string& request_id, absl::string_view trace, metrics::Rpc rpc,
               const Tenant* tenant, const absl::Status& status, metrics::RejectReason reason);

@@ -52,24 +52,33 @@ class GradService::SessionReactor final : public grpc::ServerUnaryReactor {
   const std::shared_ptr<autograd::CancellationToken> cancel_;
 };
 
+absl::StatusOr<Tenant*> GradService::AdmitSessionCall(const grpc::CallbackServerContext* context,
+                                                      const std::string& request_id,
+                                                      const std::string& trace, metrics::Rpc rpc) {
+  absl::StatusOr<Tenant*> tenant = TenantOf(context);
+  if (!tenant.ok()) {
+    Reject(request_id, trace, rpc, nullptr, tenant.status(),
+           metrics::RejectReason::kUnauthenticated);
+    return tenant.status();
+  }
+  metrics::RejectReason reason;
+  if (absl::Status admitted = Admit(*tenant, &reason); !admitted.ok()) {
+    const absl::Status refused = SessionRefusal(admitted);
+    Reject(request_id, trace, rpc, *tenant, refused, reason);
+    return refused;
+  }
+  return tenant;
+}
+
 grpc::ServerUnaryReactor* GradService::Forward(grpc::CallbackServerContext* context,
                                                const v1::ForwardRequest* request,
                                                v1::ForwardResponse* response) {
   const absl::Time received = absl::Now();
   TraceId trace = TraceIdOf(*context);
   EchoTraceId(trace, context);  // Note [Trace ids]
-  absl::StatusOr<Tenant*> tenant = TenantOf(context);
-  if (!tenant.ok()) {
-    Reject(request->request_id(), trace.value, metrics::Rpc::kForward, nullptr, tenant.status(),
-           metrics::RejectReason::kUnauthenticated);
-    return FinishNow(context, ToGrpcStatus(tenant.status()));
-  }
-  metrics::RejectReason reason;
-  if (absl::Status admitted = Admit(*tenant, &reason); !admitted.ok()) {
-    const absl::Status refused = SessionRefusal(admitted);
-    Reject(request->request_id(), trace.value, metrics::Rpc::kForward, *tenant, refused, reason);
-    return FinishNow(context, ToGrpcStatus(refused));
-  }
+  absl::StatusOr<Tenant*> tenant =
+      AdmitSessionCall(context, request->request_id(), trace.value, metrics::Rpc::kForward);
+  if (!tenant.ok()) return FinishNow(context, ToGrpcStatus(tenant.status()));
   return new SessionReactor(
       this, context,
       [this, tenant = *tenant, request, response, received,
@@ -125,18 +134,9 @@ grpc::ServerUnaryReactor* GradService::Backward(grpc::CallbackServerContext* con
   const absl::Time received = absl::Now();
   TraceId trace = TraceIdOf(*context);
   EchoTraceId(trace, context);  // Note [Trace ids]
-  absl::StatusOr<Tenant*> tenant = TenantOf(context);
-  if (!tenant.ok()) {
-    Reject(request->request_id(), trace.value, metrics::Rpc::kBackward, nullptr, tenant.status(),
-           metrics::RejectReason::kUnauthenticated);
-    return FinishNow(context, ToGrpcStatus(tenant.status()));
-  }
-  metrics::RejectReason reason;
-  if (absl::Status admitted = Admit(*tenant, &reason); !admitted.ok()) {
-    const absl::Status refused = SessionRefusal(admitted);
-    Reject(request->request_id(), trace.value, metrics::Rpc::kBackward, *tenant, refused, reason);
-    return FinishNow(context, ToGrpcStatus(refused));
-  }
+  absl::StatusOr<Tenant*> tenant =
+      AdmitSessionCall(context, request->request_id(), trace.value, metrics::Rpc::kBackward);
+  if (!tenant.ok()) return FinishNow(context, ToGrpcStatus(tenant.status()));
   return new SessionReactor(
       this, context,
       [this, tenant = *tenant, request, response, received,
