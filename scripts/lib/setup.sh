@@ -34,7 +34,8 @@ GRADSERVE_PACKAGES=(
   libnetty-java libperfmark-java libgoogle-gson-java libanimal-sniffer-java
   libgoogle-common-protos-java libgeronimo-annotation-1.3-spec-java
 )
-# What scripts/fuzz needs besides: clang 14 with its sanitizer runtimes and libFuzzer (RECIPES.md).
+# What the asan preset (scripts/test's sanitized suite, scripts/fuzz) needs besides: clang 14
+# with its sanitizer runtimes and libFuzzer (RECIPES.md).
 GRADSERVE_FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev libfuzzer-14-dev)
 # Node.js may come from elsewhere (NodeSource ships npm inside its nodejs package, which
 # conflicts with Debian's npm), so it is installed only when the commands are missing.

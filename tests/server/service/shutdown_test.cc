@@ -35,7 +35,7 @@ TEST(ShutdownTest, SigtermUnderLoadLosesNoAcceptedCall) {
   std::atomic<int> ok{0}, refused{0};
   std::vector<std::thread> clients;
   for (int c = 0; c < kClients; ++c) {
-    clients.emplace_back([&, c] {
+    clients.emplace_back([&] {
       for (int i = 0; i < kCallsPerClient; ++i) {
         client::CallOptions options;
         options.timeout = absl::Seconds(120);
