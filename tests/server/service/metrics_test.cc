@@ -199,7 +199,13 @@ TEST(MetricsEndpointTest, ReportsMemoryByDeviceAndEngineBusyTime) {
   on_sim.mutable_graph()->mutable_leaves(0)->mutable_value()->set_device("sim:0");
   ASSERT_TRUE(s.client().ComputeGradients(on_sim).ok());
 
-  const std::string after = Get(port, "/metrics").second;
+  // A device thread adds its busy stretch when it next waits, just after it hands the pass
+  // back (Note [Engine busy time]): wait for that.
+  std::string after = Get(port, "/metrics").second;
+  for (int i = 0; i < 500 && !(*busy(after, "device") > *busy(before, "device")); ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+    after = Get(port, "/metrics").second;
+  }
   const std::optional<double> allocated =
       Sample(after, R"(gradserve_device_memory_allocated_bytes{device="cpu"})");
   const std::optional<double> reserved =
