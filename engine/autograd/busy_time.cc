@@ -16,7 +16,7 @@ struct ThreadBusy {
   bool open = false;     // a busy stretch is under way
   int64_t since_ns = 0;  // when it began, while open
 };
-thread_local ThreadBusy this_thread;
+thread_local ThreadBusy thread_busy;
 
 int64_t NowNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -25,13 +25,13 @@ int64_t NowNanos() {
 }
 
 void Open() {
-  this_thread.open = true;
-  this_thread.since_ns = NowNanos();
+  thread_busy.open = true;
+  thread_busy.since_ns = NowNanos();
 }
 
 void Close() {
-  this_thread.open = false;
-  busy_ns[static_cast<int>(this_thread.kind)].Add(NowNanos() - this_thread.since_ns);
+  thread_busy.open = false;
+  busy_ns[static_cast<int>(thread_busy.kind)].Add(NowNanos() - thread_busy.since_ns);
 }
 
 }  // namespace
@@ -50,17 +50,17 @@ const char* EngineThreadName(EngineThread kind) {
 
 int64_t EngineBusyNanos(EngineThread kind) { return busy_ns[static_cast<int>(kind)].Sum(); }
 
-void SetEngineThreadKind(EngineThread kind) { this_thread.kind = kind; }
+void SetEngineThreadKind(EngineThread kind) { thread_busy.kind = kind; }
 
-BusyScope::BusyScope() : outermost_(!this_thread.open) {
+BusyScope::BusyScope() : outermost_(!thread_busy.open) {
   if (outermost_) Open();
 }
 
 BusyScope::~BusyScope() {
-  if (outermost_ && this_thread.open) Close();
+  if (outermost_ && thread_busy.open) Close();
 }
 
-BusyPause::BusyPause() : paused_(this_thread.open) {
+BusyPause::BusyPause() : paused_(thread_busy.open) {
   if (paused_) Close();
 }
 
