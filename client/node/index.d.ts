@@ -1,5 +1,5 @@
 // Types of the gradserve Node.js package (index.js).
-import type { ChannelCredentials, ServiceError, status as grpcStatus } from '@grpc/grpc-js';
+import type { ChannelCredentials, Metadata, ServiceError, status as grpcStatus } from '@grpc/grpc-js';
 
 export type DTypeName = 'DTYPE_FLOAT32' | 'DTYPE_FLOAT64' | 'DTYPE_INT64' | 'DTYPE_BOOL';
 
@@ -80,6 +80,8 @@ export interface GradResult {
   values: Record<string, DecodedTensor>;
   numNodes: number;
   response: object;
+  /** The trace id the server echoed (the one sent as traceId), if any. */
+  traceId?: string;
 }
 
 export class Client {
@@ -87,10 +89,13 @@ export class Client {
   /**
    * Rejects with grpc-js's ServiceError (code, details). stream: true for
    * ComputeGradientsStream, false for the unary call, left out to stream only a request over
-   * the server's message limit.
+   * the server's message limit. traceId: a W3C traceparent (sent as `traceparent`) or an id
+   * of 1 to 128 printable ASCII bytes (sent as `x-request-id`), which the server logs and
+   * echoes (GradResult.traceId); any other throws.
    */
   grad(request: GraphBuilder | GradRequestMessage,
-       options?: { deadlineSeconds?: number; stream?: boolean }): Promise<GradResult>;
+       options?: { deadlineSeconds?: number; stream?: boolean; traceId?: string }):
+      Promise<GradResult>;
   info(options?: { deadlineSeconds?: number }): Promise<any>;
   ping(payload?: Buffer): Promise<Buffer>;
   close(): void;
@@ -100,6 +105,8 @@ export function channelCredentials(options?: SecurityOptions): ChannelCredential
 export function grpcTarget(target: string): string;
 export function isValidToken(token: string): boolean;
 export function resolveToken(options?: SecurityOptions): string | null;
+/** The metadata that sends a trace id (see Client.grad's traceId). */
+export function traceMetadata(traceId?: string): Metadata;
 export function connect(target: string, options?: SecurityOptions): any;
 export const SERVICE_CONFIG: object;
 export const status: typeof grpcStatus;

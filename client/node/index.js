@@ -380,6 +380,39 @@ function callOptions(deadlineSeconds) {
   return deadlineSeconds ? { deadline: new Date(Date.now() + deadlineSeconds * 1000) } : {};
 }
 
+// Trace ids (docs/operations.md, "Trace ids and JSON logs"), by the C++ client's rules
+// (proto/trace_context.h): a W3C traceparent is sent as `traceparent`, anything else as
+// `x-request-id`; the server logs it and echoes it under the same key in the trailers.
+const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$/;
+const REQUEST_ID = /^[!-~]{1,128}$/;
+
+// The metadata that sends traceId (empty for undefined); throws for an id the server would
+// ignore (neither a traceparent nor 1 to 128 printable ASCII bytes without a space).
+function traceMetadata(traceId) {
+  const metadata = new grpc.Metadata();
+  if (traceId === undefined) return metadata;
+  const w3c = typeof traceId === 'string' && TRACEPARENT.exec(traceId);
+  if (w3c && !/^0+$/.test(w3c[1]) && !/^0+$/.test(w3c[2])) {
+    metadata.set('traceparent', traceId);
+  } else if (typeof traceId === 'string' && REQUEST_ID.test(traceId)) {
+    metadata.set('x-request-id', traceId);
+  } else {
+    throw new Error('traceId must be a W3C traceparent or 1 to 128 printable ASCII bytes ' +
+                    'without a space');
+  }
+  return metadata;
+}
+
+// The trace id the server echoed in a call's trailing metadata, or undefined.
+function echoedTraceId(trailers) {
+  if (!trailers) return undefined;
+  for (const key of ['traceparent', 'x-request-id']) {
+    const v = trailers.get(key);
+    if (v.length > 0) return String(v[0]);
+  }
+  return undefined;
+}
+
 // The serialized request cut into Chunk messages of at most size bytes of data (docs/streaming.md):
 // at least one, the first carrying total_bytes.
 function* chunksOf(payload, size) {
@@ -396,11 +429,14 @@ class Client {
     this.limits = null;  // the server's Limits, asked for by the first streamed-size request
   }
 
-  // Sends a GraphBuilder or a GradRequest object; resolves to decodeResponse's value.
-  // deadlineSeconds: the call's deadline (default none). stream: true for
-  // ComputeGradientsStream, false for the unary call, undefined to stream only a request over
-  // the server's message limit (Limits.max_message_bytes, asked once per client).
-  async grad(request, { deadlineSeconds, stream } = {}) {
+  // Sends a GraphBuilder or a GradRequest object; resolves to decodeResponse's value and
+  // traceId, the trace id the server echoed (or undefined). deadlineSeconds: the call's
+  // deadline (default none). stream: true for ComputeGradientsStream, false for the unary
+  // call, undefined to stream only a request over the server's message limit
+  // (Limits.max_message_bytes, asked once per client). traceId: sent with the call
+  // (traceMetadata), logged by the server and echoed.
+  async grad(request, { deadlineSeconds, stream, traceId } = {}) {
+    const metadata = traceMetadata(traceId);
     const message = request instanceof GraphBuilder ? request.request() : request;
     const method = this.methods.ComputeGradients;
     let payload;
@@ -414,12 +450,22 @@ class Client {
       stream = payload.length > DEFAULT_MESSAGE_LIMIT &&
                payload.length > (await this.serverLimits(options)).max_message_bytes;
     }
-    const response = stream ? await this.gradStreamed(payload, options)
+    const trailers = { metadata: null };  // the call's, from its status
+    const response = stream ? await this.gradStreamed(payload, options, metadata, trailers)
       : await new Promise((resolve, reject) => {
-        this.stub.makeUnaryRequest(method.path, (bytes) => bytes, method.responseDeserialize,
-          payload, options, (err, r) => (err ? reject(err) : resolve(r)));
+        // The callback comes before the status (with the trailers): resolve after both.
+        let reply;
+        let status;
+        const done = () => { if (reply !== undefined && status !== undefined) resolve(reply); };
+        const call = this.stub.makeUnaryRequest(method.path, (bytes) => bytes,
+          method.responseDeserialize, payload, metadata, options, (err, r) => {
+            if (err) return reject(err);
+            reply = r;
+            return done();
+          });
+        call.on('status', (s) => { status = s; trailers.metadata = s.metadata; done(); });
       });
-    return decodeResponse(response);
+    return { ...decodeResponse(response), traceId: echoedTraceId(trailers.metadata) };
   }
 
   // The server's Limits, cached; all zeros (unknown) when the token may not call
@@ -438,21 +484,26 @@ class Client {
   }
 
   // ComputeGradientsStream: payload (a serialized GradRequest) as Chunks, written as the
-  // stream takes them; resolves to the GradResponse joined from the answer's Chunks.
-  async gradStreamed(payload, options) {
+  // stream takes them, with metadata; resolves to the GradResponse joined from the answer's
+  // Chunks, and sets trailers.metadata to the call's trailing metadata.
+  async gradStreamed(payload, options, metadata = new grpc.Metadata(), trailers = {}) {
     const limits = await this.serverLimits(options);
     const size = Math.max(1, Math.min(Number(limits.chunk_bytes) || DEFAULT_MESSAGE_LIMIT,
       (Number(limits.max_message_bytes) || DEFAULT_MESSAGE_LIMIT) - CHUNK_OVERHEAD));
     const method = this.methods.ComputeGradients;
     const joined = await new Promise((resolve, reject) => {
-      const call = this.stub.ComputeGradientsStream(options);
+      const call = this.stub.ComputeGradientsStream(metadata, options);
       const pieces = [];
       let ended = false;
       let ok = false;
       const finish = () => { if (ended && ok) resolve(Buffer.concat(pieces)); };
       call.on('data', (chunk) => pieces.push(chunk.data));
       call.on('end', () => { ended = true; finish(); });
-      call.on('status', (s) => { ok = s.code === grpc.status.OK; finish(); });
+      call.on('status', (s) => {
+        ok = s.code === grpc.status.OK;
+        trailers.metadata = s.metadata;
+        finish();
+      });
       call.on('error', reject);
       const chunks = chunksOf(payload, size);
       const write = () => {
@@ -498,5 +549,6 @@ class Client {
 
 module.exports = {
   Client, GraphBuilder, tensor, decodeTensor, attrValue, requestFromJSON, channelCredentials,
-  connect, grpcTarget, isValidToken, resolveToken, SERVICE_CONFIG, status: grpc.status,
+  connect, grpcTarget, isValidToken, resolveToken, traceMetadata, SERVICE_CONFIG,
+  status: grpc.status,
 };

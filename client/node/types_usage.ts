@@ -21,9 +21,10 @@ async function train(target: string): Promise<number[]> {
     const loss: DecodedTensor = result.values.loss;
     const n: number = result.numNodes + loss.shape.length;
     const parsed = requestFromJSON('{"graph": {}}');
-    await client.grad(parsed, { stream: true });
+    const traced = await client.grad(parsed, { stream: true, traceId: 'run-1' });
+    const traceId: string | undefined = traced.traceId;
     const echoed: Buffer = await client.ping(Buffer.from('hi'));
-    return dx === null ? [n, echoed.length] : (dx.values as number[]);
+    return dx === null ? [n, echoed.length, traceId?.length ?? 0] : (dx.values as number[]);
   } catch (err) {
     const e = err as ServiceError;
     if (e.code === status.INVALID_ARGUMENT) throw new Error(e.details);

@@ -5,6 +5,7 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "engine/autograd/busy_time.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/graph_root.h"
 #include "engine/device/device_registry.h"
@@ -268,6 +269,7 @@ std::shared_ptr<GraphFuture> Engine::execute_with_graph_task(
 // outstanding_tasks_ like a pushed one, so the pass ends the same way.
 
 void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
+  BusyScope busy;  // Note [Engine busy time]
   const absl::Time deadline =
       graph_task != nullptr ? graph_task->deadline() : absl::InfiniteFuture();
   std::optional<NodeTask> handoff;
@@ -451,6 +453,7 @@ std::shared_ptr<ReadyQueue> Engine::ready_queue_by_index(
 
 void Engine::device_thread_main(int index, std::shared_ptr<ReadyQueue> queue) {
   worker_device = index;
+  SetEngineThreadKind(EngineThread::kDevice);
   const Device device{static_cast<DeviceType>(index / kMaxDevicesPerType),
                       static_cast<int16_t>(index % kMaxDevicesPerType)};
   if (DeviceBackend* backend = DeviceRegistry::Get().backend(device.type)) {
@@ -479,6 +482,7 @@ void Engine::add_thread_pool_task(const std::weak_ptr<GraphTask>& graph_task) {
 }
 
 void Engine::reentrant_thread_main() {
+  SetEngineThreadKind(EngineThread::kReentrant);
   while (true) {
     std::shared_ptr<GraphTask> graph_task;
     {

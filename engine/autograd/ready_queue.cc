@@ -1,5 +1,6 @@
 #include "engine/autograd/ready_queue.h"
 
+#include "engine/autograd/busy_time.h"
 #include "engine/autograd/graph_task.h"
 
 namespace gradserve::autograd {
@@ -36,7 +37,10 @@ void ReadyQueue::push_shutdown_task() {
 
 NodeTask ReadyQueue::pop() {
   MutexLock lock(&mutex_);
-  not_empty_.Wait(&mutex_, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !heap_.empty(); });
+  if (heap_.empty()) {
+    BusyPause waiting;  // Note [Engine busy time]
+    not_empty_.Wait(&mutex_, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !heap_.empty(); });
+  }
   // priority_queue::top is const; the task is moved out just before it is popped.
   NodeTask task = std::move(const_cast<NodeTask&>(heap_.top()));
   heap_.pop();
@@ -45,9 +49,13 @@ NodeTask ReadyQueue::pop() {
 
 std::optional<NodeTask> ReadyQueue::pop(absl::Time deadline) {
   MutexLock lock(&mutex_);
-  if (!not_empty_.WaitWithDeadline(
-          &mutex_, deadline, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !heap_.empty(); })) {
-    return std::nullopt;
+  if (heap_.empty()) {
+    BusyPause waiting;  // Note [Engine busy time]
+    if (!not_empty_.WaitWithDeadline(&mutex_, deadline, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return !heap_.empty();
+        })) {
+      return std::nullopt;
+    }
   }
   NodeTask task = std::move(const_cast<NodeTask&>(heap_.top()));
   heap_.pop();

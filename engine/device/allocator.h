@@ -4,10 +4,22 @@
 #define GRADSERVE_ENGINE_DEVICE_ALLOCATOR_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 
 #include "engine/device/device.h"
 
 namespace gradserve {
+
+// What an allocator holds now, for the server's metrics (read when they are scraped).
+struct MemoryStats {
+  // Bytes handed out by Allocate and not yet given back.
+  int64_t allocated_bytes = 0;
+  // Bytes taken from the system: allocated_bytes and what is kept for reuse.
+  int64_t reserved_bytes = 0;
+  // The most allocated_bytes has been; -1 where the allocator does not keep it.
+  int64_t peak_allocated_bytes = -1;
+};
 
 // Hands out raw memory on one device.
 //
@@ -24,6 +36,9 @@ class Allocator {
   // Gives back memory from Allocate of the same size.
   virtual void Deallocate(void* ptr, size_t nbytes) = 0;
   virtual Device device() const = 0;
+  // What this allocator holds now, or nullopt if it keeps no count (one that hands out another
+  // allocator's memory, counted there). Cheap enough for a scrape; never on a hot path.
+  virtual std::optional<MemoryStats> memory_stats() const { return std::nullopt; }
 };
 
 // The process-wide allocator for host memory.

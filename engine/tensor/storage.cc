@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "engine/util/mutex.h"
+#include "engine/util/sharded_counter.h"
 #include "engine/util/status_error.h"
 
 namespace gradserve {
@@ -110,6 +111,12 @@ class BigBlockCache {
     for (const Block& b : unmap) munmap(b.ptr, b.size);
   }
 
+  // Bytes of free blocks kept for reuse now.
+  size_t cached_bytes() const {
+    MutexLock lock(&mutex_);
+    return cached_bytes_;
+  }
+
  private:
   struct Block {
     void* ptr;
@@ -134,7 +141,7 @@ class BigBlockCache {
     return p;
   }
 
-  Mutex mutex_;                                      // guards free_ and cached_bytes_
+  mutable Mutex mutex_;                              // guards free_ and cached_bytes_
   std::vector<Block> free_ ABSL_GUARDED_BY(mutex_);  // oldest first
   size_t cached_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
 };
@@ -159,9 +166,12 @@ class CpuAllocatorImpl final : public Allocator {
       ThrowStatus(absl::ResourceExhaustedError(
           absl::StrCat("out of host memory allocating ", nbytes, " bytes")));
     }
+    allocated_.Add(static_cast<int64_t>(nbytes));
     return p;
   }
   void Deallocate(void* ptr, size_t nbytes) override {
+    if (ptr == nullptr) return;  // Allocate(0)
+    allocated_.Add(-static_cast<int64_t>(nbytes));
     if (nbytes >= kBigBlockBytes) {
       big_.Give(ptr, BigBlockCache::Rounded(nbytes));
     } else {
@@ -169,9 +179,20 @@ class CpuAllocatorImpl final : public Allocator {
     }
   }
   Device device() const override { return kCPU; }
+  // Reserved: the bytes handed out and the big blocks cached for reuse (Note [Big host
+  // blocks]); what malloc keeps for itself is not counted. No peak: the count is sharded.
+  std::optional<MemoryStats> memory_stats() const override {
+    MemoryStats stats;
+    stats.allocated_bytes = allocated_.Sum();
+    stats.reserved_bytes = stats.allocated_bytes + static_cast<int64_t>(big_.cached_bytes());
+    return stats;
+  }
 
  private:
   BigBlockCache big_;
+  // Bytes handed out and not given back, added to on every allocation by every thread, so
+  // sharded by thread (Note [Counters sharded by thread]).
+  ShardedCounter allocated_;
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 
 namespace gradserve::server::metrics {
@@ -17,18 +18,11 @@ constexpr const char* kStageFamilies[kStages] = {
     "gradserve_request_duration_seconds", "gradserve_queue_duration_seconds",
     "gradserve_forward_duration_seconds", "gradserve_backward_duration_seconds"};
 constexpr const char* kStageHelp[kStages] = {
-    "Admitted grad calls: received to status known.",
+    "Calls that ended (grad calls once admitted; Ping, GetServerInfo and Release all): "
+    "received to status known.",
     "Admitted grad calls that reached the engine: admitted to picked up by a thread.",
     "Admitted grad calls that reached the engine: validation and forward pass (graph recorded).",
     "Admitted grad calls that reached the engine: every backward call."};
-
-// The calling thread's shard (Note [Metrics without a lock]).
-int ThisShard() {
-  static std::atomic<int> next{0};
-  thread_local const int shard =
-      next.fetch_add(1, std::memory_order_relaxed) % RequestMetrics::kShards;
-  return shard;
-}
 
 void Add(std::atomic<int64_t>& counter, int64_t n) {
   counter.fetch_add(n, std::memory_order_relaxed);
@@ -56,6 +50,12 @@ const char* RpcName(Rpc rpc) {
       return "Forward";
     case Rpc::kBackward:
       return "Backward";
+    case Rpc::kRelease:
+      return "Release";
+    case Rpc::kPing:
+      return "Ping";
+    case Rpc::kGetServerInfo:
+      return "GetServerInfo";
   }
   return "";
 }
@@ -97,7 +97,7 @@ RequestMetrics::~RequestMetrics() {
 }
 
 RequestMetrics::Series& RequestMetrics::Get(Rpc rpc, int tenant_slot) {
-  std::atomic<Series*>& slot = series_[ThisShard()][static_cast<int>(rpc)][tenant_slot];
+  std::atomic<Series*>& slot = series_[ThisThreadShard()][static_cast<int>(rpc)][tenant_slot];
   Series* series = slot.load(std::memory_order_acquire);
   if (series != nullptr) return *series;
   auto fresh = std::unique_ptr<Series>(new Series());  // value-initialized: all zero
@@ -172,7 +172,8 @@ void RequestMetrics::Write(TextWriter* out,
   }
 
   out->Family("gradserve_requests_total", "counter",
-              "Admitted grad calls that ended, by rpc, gRPC status code and tenant.");
+              "Calls that ended (grad calls once admitted; Ping, GetServerInfo and Release "
+              "all), by rpc, gRPC status code and tenant.");
   for (const Totals& t : totals) {
     for (int c = 0; c < kCodes; ++c) {
       if (t.calls[c] == 0) continue;
@@ -186,6 +187,10 @@ void RequestMetrics::Write(TextWriter* out,
   for (int st = 0; st < kStages; ++st) {
     out->Family(kStageFamilies[st], "histogram", kStageHelp[st]);
     for (const Totals& t : totals) {
+      // The engine's stages only for rpcs whose calls reached it (not Ping's, for one).
+      if (st != kTotal && absl::c_all_of(t.buckets[st], [](int64_t n) { return n == 0; })) {
+        continue;
+      }
       out->Histogram(kStageFamilies[st], {{"rpc", RpcName(t.rpc)}, {"tenant", t.tenant}},
                      t.buckets[st], t.sum_us[st]);
     }

@@ -5,8 +5,8 @@
 // must cost it a few hundred instructions at most and no lock: the server's threads would
 // otherwise meet on one mutex, or on one cache line, on every call. So the counters are
 // relaxed atomics (a counter needs no order with anything else), kept in kShards copies; a
-// thread takes a shard when it first counts (round robin, so the gRPC and worker threads of a
-// server mostly have one each) and adds only to it, and a scrape sums the shards. Within a
+// thread takes a shard when it first counts (ThisThreadShard: Note [Counters sharded by thread]
+// in engine/util/sharded_counter.h) and adds only to it, and a scrape sums the shards. Within a
 // shard, each (rpc, tenant) pair has its own Series, made on its first call (a
 // compare-and-swap, once), so memory grows with the pairs that are used, not with every pair
 // there could be. A scrape reads while calls add: each counter is exact, but a scrape may see
@@ -22,14 +22,25 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "engine/util/sharded_counter.h"
 #include "server/metrics/histogram.h"
 #include "server/metrics/text_format.h"
 
 namespace gradserve::server::metrics {
 
-// The grad rpcs, as the service names them (the rpc label).
-enum class Rpc { kComputeGradients, kComputeGradientsStream, kForward, kBackward };
-inline constexpr int kRpcs = 4;
+// The service's rpcs, as it names them (the rpc label): the grad calls, which take an engine
+// slot, and the cheap ones it answers at once (Ping, GetServerInfo, the session's Release),
+// which are counted (requests_total, request_duration_seconds) but never rejected or queued.
+enum class Rpc {
+  kComputeGradients,
+  kComputeGradientsStream,
+  kForward,
+  kBackward,
+  kRelease,
+  kPing,
+  kGetServerInfo,
+};
+inline constexpr int kRpcs = 7;
 const char* RpcName(Rpc rpc);
 
 // Why a grad call was refused before it was admitted (the reason label).
@@ -68,7 +79,7 @@ class RequestMetrics {
   // Slot 0: no token file (tenant=""); 1..kMaxTenants: the tenants in the order the server
   // met them; the last: the others.
   static constexpr int kTenantSlots = kMaxTenants + 2;
-  static constexpr int kShards = 16;
+  static constexpr int kShards = kThreadShards;  // ThisThreadShard()
 
   // The slot of the tenant with index tenant_index (0, 1, ... in the order they were made), or
   // of no tenant for -1.
@@ -81,7 +92,7 @@ class RequestMetrics {
   RequestMetrics(const RequestMetrics&) = delete;
   RequestMetrics& operator=(const RequestMetrics&) = delete;
 
-  // An admitted call ended with code; nodes recorded, bytes received and sent.
+  // A call ended with code (a grad call once admitted); nodes recorded, bytes received and sent.
   void Ended(Rpc rpc, int tenant_slot, absl::StatusCode code, const CallTimes& times, int64_t nodes,
              int64_t bytes_in, int64_t bytes_out);
   // A call was refused before it was admitted.

@@ -16,6 +16,7 @@
 #include "server/run/dispatch.h"
 #include "server/run/request_runner.h"
 #include "server/service/calls.h"
+#include "server/service/engine_metrics.h"
 #include "server/service/grpc_status.h"
 #include "server/service/server_info.h"
 #include "server/wire/chunk_message.h"
@@ -26,7 +27,6 @@ namespace {
 constexpr metrics::Rpc kUnary = metrics::Rpc::kComputeGradients;
 constexpr metrics::Rpc kStream = metrics::Rpc::kComputeGradientsStream;
 
-// The rpc as the log line names it.
 // Whether this build has the CUDA backend (engine/CMakeLists.txt), for build_info.
 #ifdef GRADSERVE_HAS_CUDA
 constexpr bool kCudaBuilt = true;
@@ -34,6 +34,7 @@ constexpr bool kCudaBuilt = true;
 constexpr bool kCudaBuilt = false;
 #endif
 
+// The rpc as the log line names it.
 const char* LogName(metrics::Rpc rpc) {
   switch (rpc) {
     case metrics::Rpc::kComputeGradients:
@@ -44,6 +45,12 @@ const char* LogName(metrics::Rpc rpc) {
       return "forward";
     case metrics::Rpc::kBackward:
       return "backward";
+    case metrics::Rpc::kRelease:
+      return "release";
+    case metrics::Rpc::kPing:
+      return "ping";
+    case metrics::Rpc::kGetServerInfo:
+      return "info";
   }
   return "";
 }
@@ -422,14 +429,29 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GradService::Comput
 grpc::ServerUnaryReactor* GradService::GetServerInfo(grpc::CallbackServerContext* context,
                                                      const v1::ServerInfoRequest* /*request*/,
                                                      v1::ServerInfo* response) {
+  const absl::Time received = absl::Now();
   if (!options_.security.admin_listen.empty() && auth_ == nullptr) {
     // Moved to the admin address; with tokens, TokenAuth decides (Note [Who may call]).
-    return FinishNow(context, grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                                           "GetServerInfo is served on the admin address "
-                                           "(--admin_listen), not on this port"));
+    return FinishCounted(context, metrics::Rpc::kGetServerInfo, nullptr, received,
+                         grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                      "GetServerInfo is served on the admin address "
+                                      "(--admin_listen), not on this port"));
   }
+  absl::StatusOr<Tenant*> tenant = TenantOf(context);
   *response = Info();
-  return FinishNow(context, grpc::Status::OK);
+  return FinishCounted(context, metrics::Rpc::kGetServerInfo, tenant.ok() ? *tenant : nullptr,
+                       received, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* GradService::FinishCounted(grpc::CallbackServerContext* context,
+                                                     metrics::Rpc rpc, const Tenant* tenant,
+                                                     absl::Time received,
+                                                     const grpc::Status& status) {
+  metrics::CallTimes times;
+  times.total_us = absl::ToInt64Microseconds(absl::Now() - received);
+  metrics_.Ended(rpc, TenantSlot(tenant), static_cast<absl::StatusCode>(status.error_code()), times,
+                 0, 0, 0);
+  return FinishNow(context, status);
 }
 
 v1::ServerInfo GradService::Info() const {
@@ -451,8 +473,11 @@ absl::StatusOr<Tenant*> GradService::TenantOf(const grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* GradService::Ping(grpc::CallbackServerContext* context,
                                             const v1::PingRequest* request,
                                             v1::PingResponse* response) {
+  const absl::Time received = absl::Now();
   response->set_payload(request->payload());
-  return FinishNow(context, grpc::Status::OK);
+  absl::StatusOr<Tenant*> tenant = TenantOf(context);
+  return FinishCounted(context, metrics::Rpc::kPing, tenant.ok() ? *tenant : nullptr, received,
+                       grpc::Status::OK);
 }
 
 absl::Status GradService::Admit(Tenant* tenant, metrics::RejectReason* reason) {
@@ -661,6 +686,7 @@ std::string GradService::MetricsText() const {
                  t->memory()->used());
     }
   }
+  WriteEngineMetrics(&out);
   gauge("gradserve_engine_workers", "Engine CPU worker threads.", pool_->num_threads());
   out.Family("gradserve_engine_worker_busy_seconds_total", "counter",
              "Time the engine CPU workers spent running requests, all workers together.");

@@ -177,6 +177,12 @@ class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeG
   absl::StatusOr<Tenant*> AdmitSessionCall(const grpc::CallbackServerContext* context,
                                            const std::string& request_id,
                                            const std::string& trace, metrics::Rpc rpc);
+  // Finishes a call answered at once, taking no engine slot (Ping, GetServerInfo, Release),
+  // with status, counting it in the metrics under rpc and tenant (null: none or unknown);
+  // received: when it arrived. No log line: these calls are cheap and many.
+  grpc::ServerUnaryReactor* FinishCounted(grpc::CallbackServerContext* context, metrics::Rpc rpc,
+                                          const Tenant* tenant, absl::Time received,
+                                          const grpc::Status& status);
   // Counts and logs a call refused at admission (through refusal_log_).
   void Reject(const std::string& request_id, absl::string_view trace, metrics::Rpc rpc,
               const Tenant* tenant, const absl::Status& status, metrics::RejectReason reason);

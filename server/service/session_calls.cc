@@ -176,12 +176,16 @@ grpc::ServerUnaryReactor* GradService::Backward(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* GradService::Release(grpc::CallbackServerContext* context,
                                                const v1::ReleaseRequest* request,
                                                v1::ReleaseResponse* /*response*/) {
+  const absl::Time received = absl::Now();
   absl::StatusOr<Tenant*> tenant = TenantOf(context);
-  if (!tenant.ok()) return FinishNow(context, ToGrpcStatus(tenant.status()));
+  if (!tenant.ok()) {
+    return FinishCounted(context, metrics::Rpc::kRelease, nullptr, received,
+                         ToGrpcStatus(tenant.status()));
+  }
   // Cheap (the graph's teardown aside): inline, taking no engine slot, and served while
   // draining, when every id is NOT_FOUND.
-  return FinishNow(context,
-                   ToGrpcStatus(sessions_->Release(TenantKey(*tenant), request->session_id())));
+  return FinishCounted(context, metrics::Rpc::kRelease, *tenant, received,
+                       ToGrpcStatus(sessions_->Release(TenantKey(*tenant), request->session_id())));
 }
 
 }  // namespace gradserve::server

@@ -108,6 +108,23 @@ TEST_F(CudaTest, FreedBlocksAreReusedWithoutCudaMalloc) {
   EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);
 }
 
+// What the server's gradserve_device_memory_* metrics read (Allocator::memory_stats).
+TEST_F(CudaTest, MemoryStatsCountAllocatedReservedAndPeak) {
+  const MemoryStats before = *DeviceRegistry::Get().allocator(kGpu)->memory_stats();
+  {
+    Tensor t = Tensor::Empty({4 << 20}, DType::kFloat32, kGpu);  // 16 MiB
+    const MemoryStats held = *DeviceRegistry::Get().allocator(kGpu)->memory_stats();
+    EXPECT_EQ(held.allocated_bytes - before.allocated_bytes, int64_t{16} << 20);
+    EXPECT_GE(held.reserved_bytes, held.allocated_bytes);
+    EXPECT_GE(held.peak_allocated_bytes, held.allocated_bytes);
+  }
+  const MemoryStats after = *DeviceRegistry::Get().allocator(kGpu)->memory_stats();
+  EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);
+  // The block is cached, not freed: still reserved; the peak remembers it.
+  EXPECT_GE(after.reserved_bytes - after.allocated_bytes, int64_t{16} << 20);
+  EXPECT_GE(after.peak_allocated_bytes, before.allocated_bytes + (int64_t{16} << 20));
+}
+
 TEST_F(CudaTest, OutOfMemoryIsResourceExhaustedAndHarmsNothing) {
   try {
     Tensor huge = Tensor::Empty({int64_t{1} << 45}, DType::kFloat32, kGpu);  // 128 TiB

@@ -8,7 +8,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "engine/autograd/autograd.h"
+#include "engine/autograd/busy_time.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/variable.h"
 #include "engine/device/device_registry.h"
@@ -284,11 +286,16 @@ Tensor Reentrant(const Tensor& x, int depth) {
 
 TEST(EngineTest, ReentrantDepth200FinishesAndUsesThePool) {
   const int before = Engine::Get().reentrant_pool_threads_started();
+  const int64_t pool_busy = EngineBusyNanos(EngineThread::kReentrant);
+  const int64_t owner_busy = EngineBusyNanos(EngineThread::kOwner);
   Tensor x = ScalarLeaf(1.0);
   auto grads = Grad({Reentrant(x, 200)}, {}, {x}, {});
   ASSERT_TRUE(grads.ok()) << grads.status();
   EXPECT_THAT(Values((*grads)[0]), ElementsAre(2));
   EXPECT_GT(Engine::Get().reentrant_pool_threads_started(), before);
+  // Note [Engine busy time]: a pool thread's pass is over before the caller's Node returns.
+  EXPECT_GT(EngineBusyNanos(EngineThread::kReentrant), pool_busy);
+  EXPECT_GT(EngineBusyNanos(EngineThread::kOwner), owner_busy);
 }
 
 TEST(EngineTest, ManyGraphTasksFromManyThreads) {
@@ -346,6 +353,7 @@ class SimulatedDeviceTest : public ::testing::Test {
 };
 
 TEST_F(SimulatedDeviceTest, NodesRunOnTheirDeviceThreadAndWakeTheOwner) {
+  const int64_t device_busy = EngineBusyNanos(EngineThread::kDevice);
   const Device sim0{DeviceType::kSimulated, 0};
   const Device sim1{DeviceType::kSimulated, 1};
   Tensor x = Leaf({1, 2});
@@ -366,6 +374,13 @@ TEST_F(SimulatedDeviceTest, NodesRunOnTheirDeviceThreadAndWakeTheOwner) {
   EXPECT_NE(on_sim0->last_thread, on_sim1->last_thread);
   EXPECT_EQ(on_cpu->last_thread, self);
   EXPECT_GE(Engine::Get().device_threads_started(), 2);
+  // Note [Engine busy time]: a device thread adds its stretch when it next waits, just after
+  // it hands the pass back.
+  const absl::Time end = absl::Now() + absl::Seconds(10);
+  while (EngineBusyNanos(EngineThread::kDevice) == device_busy && absl::Now() < end) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_GT(EngineBusyNanos(EngineThread::kDevice), device_busy);
 }
 
 TEST_F(SimulatedDeviceTest, InputBufferPicksTheFirstAcceleratorInput) {

@@ -89,5 +89,25 @@ TEST(BigBlockTest, FreedBigBlocksAreReusedAndAligned) {
   EXPECT_EQ(other.data<float>()[kElements - 1], 0);
 }
 
+// The host allocator's count (Allocator::memory_stats): what it handed out, and reserved
+// with the big blocks cached for reuse (Note [Big host blocks]).
+TEST(CpuAllocatorTest, CountsTheBytesItHoldsAndCaches) {
+  Allocator* cpu = CpuAllocator();
+  const MemoryStats before = *cpu->memory_stats();
+  EXPECT_EQ(before.peak_allocated_bytes, -1);  // not kept: the count is sharded by thread
+  constexpr size_t kSmall = 1000, kBig = size_t{3} << 20;  // malloc's, and a big block
+  void* small = cpu->Allocate(kSmall);
+  void* big = cpu->Allocate(kBig);
+  const MemoryStats held = *cpu->memory_stats();
+  EXPECT_EQ(held.allocated_bytes - before.allocated_bytes, int64_t{kSmall + kBig});
+  EXPECT_GE(held.reserved_bytes, held.allocated_bytes);
+  cpu->Deallocate(big, kBig);
+  cpu->Deallocate(small, kSmall);
+  const MemoryStats after = *cpu->memory_stats();
+  EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);
+  // The big block, rounded to 2 MiB pages, is kept for reuse: reserved, not allocated.
+  EXPECT_GE(after.reserved_bytes - after.allocated_bytes, int64_t{4} << 20);
+}
+
 }  // namespace
 }  // namespace gradserve

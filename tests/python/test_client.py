@@ -4,7 +4,9 @@ server (ping, info, health, unary and streamed grad, return values, error mappin
 Run: GRADSERVE_SERVER=... GRADSERVE_PY_STUBS=... /usr/bin/python3 tests/python/test_client.py
 """
 
+import asyncio
 import threading
+import time
 import unittest
 
 import grpc
@@ -12,6 +14,7 @@ import numpy as np
 
 from server_fixture import ServerProcess  # first: puts client/python on sys.path
 from gradserve import GradserveError, GraphBuilder, attr_value, chunks, from_tensor, to_tensor
+from gradserve.aio import AsyncClient
 from gradserve.v1 import gradserve_pb2, tensor_pb2
 
 
@@ -174,6 +177,76 @@ class ClientRpcTest(unittest.TestCase):
         self.assertEqual(cm.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("nosuchop", cm.exception.message)
         self.assertIn("INVALID_ARGUMENT", str(cm.exception))
+
+
+class TraceIdTest(unittest.TestCase):
+    """A trace id from the client reaches the server's log line and comes back (docs/operations.md,
+    "Trace ids and JSON logs")."""
+
+    TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess("--worker_threads=2", "--log_requests=all",
+                                   "--max_message_bytes=6000000", "--chunk_bytes=1000000").start()
+        cls.client = cls.server.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.stop()
+
+    def square(self, n=3):
+        g = GraphBuilder().leaf("x", np.arange(n, dtype=np.float32), requires_grad=True)
+        g.op("mul", ["x", "x"], out="y").op("sum", ["y"], out="loss")
+        return g.backward_call("loss", inputs=["x"])
+
+    def logged(self, needle):
+        """Waits (the log is read by a thread) for a server log line containing needle."""
+        for _ in range(100):
+            lines = [line for line in self.server.log().splitlines() if needle in line]
+            if lines:
+                return lines[-1]
+            time.sleep(0.05)
+        self.fail(f"no log line with {needle!r} in:\n{self.server.log()}")
+
+    def test_request_id_unary_and_streamed(self):
+        r = self.client.grad(self.square(), request_id="py-unary", trace_id="py-trace-1")
+        self.assertEqual(r.trace_id, "py-trace-1")
+        self.assertIn("trace=py-trace-1", self.logged("id=py-unary"))
+        r = self.client.grad(self.square(), request_id="py-stream", trace_id="py-trace-2",
+                             stream=True)
+        self.assertEqual(r.trace_id, "py-trace-2")
+        self.assertIn("trace=py-trace-2", self.logged("id=py-stream"))
+
+    def test_traceparent_and_forward(self):
+        r = self.client.grad(self.square(), request_id="py-w3c", trace_id=self.TRACEPARENT)
+        self.assertEqual(r.trace_id, self.TRACEPARENT)
+        self.assertIn(f"trace={self.TRACEPARENT}", self.logged("id=py-w3c"))
+        with self.client.forward(self.square(), request_id="py-fwd",
+                                 trace_id="py-trace-fwd") as session:
+            self.assertEqual(session.trace_id, "py-trace-fwd")
+        self.assertIn("trace=py-trace-fwd", self.logged("id=py-fwd"))
+
+    def test_without_one_nothing_is_sent_or_echoed(self):
+        r = self.client.grad(self.square(), request_id="py-none")
+        self.assertIsNone(r.trace_id)
+        self.assertNotIn("trace=", self.logged("id=py-none"))
+
+    def test_an_id_the_server_would_ignore_is_refused_before_sending(self):
+        for bad in ["", "has space", "x" * 129, "caf\u00e9"]:
+            with self.assertRaises(ValueError):
+                self.client.grad(self.square(), trace_id=bad)
+
+    def test_asyncio_client(self):
+        async def run():
+            async with AsyncClient(self.server.address, timeout=30) as c:
+                unary = await c.grad(self.square(), request_id="py-aio", trace_id="py-aio-1")
+                streamed = await c.grad(self.square(), trace_id="py-aio-2", stream=True)
+                return unary.trace_id, streamed.trace_id
+
+        self.assertEqual(asyncio.run(run()), ("py-aio-1", "py-aio-2"))
+        self.assertIn("trace=py-aio-1", self.logged("id=py-aio"))
 
 
 if __name__ == "__main__":

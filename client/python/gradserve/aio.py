@@ -27,6 +27,7 @@ from gradserve import _stubs, chunks
 from gradserve.client import (_CHUNK_OVERHEAD, _DEFAULT_MESSAGE_LIMIT, GradInput, GradResult,
                               GradserveError, _as_request, channel_settings)
 from gradserve.targets import ChannelOption
+from gradserve.trace import echoed_trace_id, trace_metadata
 from gradserve.v1 import gradserve_pb2, gradserve_pb2_grpc
 
 
@@ -88,24 +89,29 @@ class AsyncClient:
     async def grad(self, request: GradInput,
                    calls: Optional[Iterable[gradserve_pb2.BackwardCall]] = None, *,
                    return_values: Sequence[str] = (), request_id: Optional[str] = None,
-                   timeout: Optional[float] = None, stream: Optional[bool] = None) -> GradResult:
-        """As Client.grad: a GraphBuilder, GradRequest or Graph in, a GradResult out."""
+                   timeout: Optional[float] = None, stream: Optional[bool] = None,
+                   trace_id: Optional[str] = None) -> GradResult:
+        """As Client.grad: a GraphBuilder, GradRequest or Graph in, a GradResult out (its
+        trace_id the one the server echoed)."""
+        metadata = trace_metadata(trace_id)
         message = _as_request(request, calls, return_values, request_id)
         payload = message.SerializeToString()
         if stream is None:
             stream = (len(payload) > _DEFAULT_MESSAGE_LIMIT and
                       len(payload) > (await self._server_limits(timeout)).max_message_bytes)
         if not stream:
-            response = await self._call("ComputeGradients", self._stub.ComputeGradients(
-                message, timeout=self._deadline(timeout)))
-            return GradResult(response)
+            unary = self._stub.ComputeGradients(message, timeout=self._deadline(timeout),
+                                                metadata=metadata)
+            response = await self._call("ComputeGradients", unary)
+            return GradResult(response, echoed_trace_id(await unary.trailing_metadata()))
         limits = await self._server_limits(timeout)
         size = max(1, min(limits.chunk_bytes or _DEFAULT_MESSAGE_LIMIT,
                           (limits.max_message_bytes or _DEFAULT_MESSAGE_LIMIT) - _CHUNK_OVERHEAD))
 
+        call = self._stream(iter(chunks.chunk_messages(payload, size)),
+                            timeout=self._deadline(timeout), metadata=metadata)
+
         async def run() -> bytes:
-            call = self._stream(iter(chunks.chunk_messages(payload, size)),
-                                timeout=self._deadline(timeout))
             try:
                 return chunks.join_data([m async for m in call])
             except ValueError as e:
@@ -114,7 +120,8 @@ class AsyncClient:
                                      "ComputeGradientsStream") from None
 
         data = await self._call("ComputeGradientsStream", run())
-        return GradResult(gradserve_pb2.GradResponse.FromString(data))
+        return GradResult(gradserve_pb2.GradResponse.FromString(data),
+                          echoed_trace_id(await call.trailing_metadata()))
 
     async def _server_limits(self, timeout: Optional[float]) -> gradserve_pb2.Limits:
         if self._limits is None:

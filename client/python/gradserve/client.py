@@ -14,7 +14,8 @@ thread-safe). The cached server limits are written at most once per client and r
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, TypeVar, Union
+from typing import (Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar,
+                    Union)
 
 import grpc
 import numpy as np
@@ -24,6 +25,7 @@ from gradserve.credentials import channel_credentials, resolve_token
 from gradserve.graph import GraphBuilder
 from gradserve.targets import CHANNEL_OPTIONS, SESSION_CHANNEL_OPTIONS, ChannelOption, grpc_target
 from gradserve.tensors import from_tensor
+from gradserve.trace import echoed_trace_id, trace_metadata
 from gradserve.v1 import gradserve_pb2, gradserve_pb2_grpc, graph_pb2
 
 # Every gRPC implementation accepts messages this large by default; larger requests may need
@@ -71,10 +73,13 @@ class CallResult:
 
 class GradResult:
     """A GradResponse as numpy: calls (CallResult per BackwardCall), values (name -> array),
-    num_nodes, timings (stage -> microseconds), request_id, and the raw message as response."""
+    num_nodes, timings (stage -> microseconds), request_id, and the raw message as response;
+    trace_id: the trace id the server echoed (gradserve/trace.py), or None."""
 
-    def __init__(self, response: gradserve_pb2.GradResponse) -> None:
+    def __init__(self, response: gradserve_pb2.GradResponse,
+                 trace_id: Optional[str] = None) -> None:
         self.response = response
+        self.trace_id = trace_id
         self.request_id: str = response.request_id
         self.calls: List[CallResult] = [CallResult(c) for c in response.calls]
         self.values: Dict[str, np.ndarray] = {v.name: from_tensor(v.value)
@@ -217,42 +222,54 @@ class Client:
     def grad(self, request: GradInput,
              calls: Optional[Iterable[gradserve_pb2.BackwardCall]] = None, *,
              return_values: Iterable[str] = (), request_id: Optional[str] = None,
-             timeout: Optional[float] = None, stream: Optional[bool] = None) -> GradResult:
+             timeout: Optional[float] = None, stream: Optional[bool] = None,
+             trace_id: Optional[str] = None) -> GradResult:
         """Records the graph on the server, runs the backward calls and returns a GradResult.
 
         request: a GraphBuilder, a GradRequest or a Graph; calls (BackwardCall messages) and
         return_values are appended to it. stream: True for ComputeGradientsStream, False for the
         unary call, None to pick the stream only when the request is over the server's message
-        limit. Raises GradserveError.
+        limit. trace_id: sent as `traceparent` or `x-request-id` (gradserve/trace.py); the
+        server logs it and echoes it, as the result's trace_id. Raises GradserveError (and
+        ValueError for a trace_id the server would ignore).
         """
+        metadata = trace_metadata(trace_id)
         message = _as_request(request, calls, return_values, request_id)
         payload = message.SerializeToString()
         if stream is None:
             stream = (len(payload) > _DEFAULT_MESSAGE_LIMIT and
                       len(payload) > self._server_limits(timeout).max_message_bytes)
         if not stream:
-            response = self._call("ComputeGradients",
-                                  lambda t: self._stub.ComputeGradients(message, timeout=t),
-                                  timeout)
-            return GradResult(response)
-        return GradResult(self._grad_streamed(payload, timeout))
+            response, call = self._call(
+                "ComputeGradients",
+                lambda t: self._stub.ComputeGradients.with_call(message, timeout=t,
+                                                                metadata=metadata),
+                timeout)
+            return GradResult(response, echoed_trace_id(call.trailing_metadata()))
+        response, trailing = self._grad_streamed(payload, timeout, metadata)
+        return GradResult(response, echoed_trace_id(trailing))
 
     def forward(self, request: GradInput, *, return_values: Iterable[str] = (),
-                request_id: Optional[str] = None, timeout: Optional[float] = None) -> Session:
+                request_id: Optional[str] = None, timeout: Optional[float] = None,
+                trace_id: Optional[str] = None) -> Session:
         """Runs the graph forward on the server and holds it there: returns a Session.
 
         request: as grad()'s (its backward calls are ignored); return_values: forward values to
         return (Session.values). The session's calls all go over one connection, to the server
         that answered this (docs/sessions.md). Use the Session as a context manager, which
-        releases it. Raises GradserveError.
+        releases it. trace_id: as grad()'s; the echo is the Session's trace_id. Raises
+        GradserveError.
         """
+        metadata = trace_metadata(trace_id)
         message = _as_request(request, None, return_values, request_id)
         forward = gradserve_pb2.ForwardRequest(request_id=message.request_id,
                                                graph=message.graph,
                                                return_values=message.return_values)
         stub = self._sessions()
-        response = self._call("Forward", lambda t: stub.Forward(forward, timeout=t), timeout)
-        return Session(self, stub, response)
+        response, call = self._call(
+            "Forward", lambda t: stub.Forward.with_call(forward, timeout=t, metadata=metadata),
+            timeout)
+        return Session(self, stub, response, echoed_trace_id(call.trailing_metadata()))
 
     def _sessions(self) -> Any:
         if self._session_stub is None:  # races benignly: the loser's channel is dropped
@@ -273,23 +290,26 @@ class Client:
                 self._limits = gradserve_pb2.Limits()
         return self._limits
 
-    def _grad_streamed(self, payload: bytes, timeout: Optional[float]
-                       ) -> gradserve_pb2.GradResponse:
+    def _grad_streamed(self, payload: bytes, timeout: Optional[float], metadata: Any = ()
+                       ) -> Tuple[gradserve_pb2.GradResponse, Any]:
+        """The response of ComputeGradientsStream and the call's trailing metadata."""
         limits = self._server_limits(timeout)
         size = max(1, min(limits.chunk_bytes or _DEFAULT_MESSAGE_LIMIT,
                           (limits.max_message_bytes or _DEFAULT_MESSAGE_LIMIT) - _CHUNK_OVERHEAD))
 
-        def run(t: Optional[float]) -> bytes:  # the Chunks as bytes (gradserve/chunks.py)
+        def run(t: Optional[float]) -> Tuple[bytes, Any]:  # the Chunks as bytes (chunks.py)
+            call = self._stream(chunks.chunk_messages(payload, size), timeout=t,
+                                metadata=metadata)
             try:
-                return chunks.join_data(
-                    self._stream(chunks.chunk_messages(payload, size), timeout=t))
+                data = chunks.join_data(call)
             except ValueError as e:
                 raise GradserveError(grpc.StatusCode.INTERNAL,
                                      f"the server's streamed response is malformed: {e}",
                                      "ComputeGradientsStream") from None
+            return data, call.trailing_metadata()
 
-        response = self._call("ComputeGradientsStream", run, timeout)
-        return gradserve_pb2.GradResponse.FromString(response)
+        response, trailing = self._call("ComputeGradientsStream", run, timeout)
+        return gradserve_pb2.GradResponse.FromString(response), trailing
 
     def info(self, timeout: Optional[float] = None) -> gradserve_pb2.ServerInfo:
         """The server's ServerInfo message: version, limits, devices, ops and counters."""
@@ -321,11 +341,12 @@ class Session:
     NOT_FOUND or UNAVAILABLE: run the forward pass again (docs/sessions.md).
     """
 
-    def __init__(self, client: Client, stub: Any,
-                 response: gradserve_pb2.ForwardResponse) -> None:
+    def __init__(self, client: Client, stub: Any, response: gradserve_pb2.ForwardResponse,
+                 trace_id: Optional[str] = None) -> None:
         self._client = client
         self._stub = stub
         self.response = response
+        self.trace_id = trace_id  # the forward call's, as the server echoed it
         self.session_id: str = response.session_id
         self.values: Dict[str, np.ndarray] = {v.name: from_tensor(v.value)
                                               for v in response.values}

@@ -1,5 +1,7 @@
 #include "engine/device/cuda/cuda_caching_allocator.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "engine/device/cuda/cuda_check.h"
 #include "engine/device/cuda/cuda_stream.h"
@@ -67,6 +69,7 @@ void* CachingAllocator::Allocate(size_t nbytes) {
     const size_t block_size = blocks_.at(ptr).size;
     stats_.cached_bytes -= block_size;
     stats_.allocated_bytes += block_size;
+    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
     return ptr;
   }
   DeviceGuard guard(physical_);
@@ -85,6 +88,7 @@ void* CachingAllocator::Allocate(size_t nbytes) {
   }
   ++stats_.cuda_mallocs;
   stats_.allocated_bytes += size;
+  stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
   blocks_[ptr] = Block{size, stream, {}};
   return ptr;
 }
@@ -141,6 +145,15 @@ void CachingAllocator::ReleaseCachedLocked() {
 CachingAllocator::Stats CachingAllocator::stats() const {
   MutexLock lock(&mu_);
   return stats_;
+}
+
+std::optional<MemoryStats> CachingAllocator::memory_stats() const {
+  const Stats s = stats();
+  MemoryStats out;
+  out.allocated_bytes = static_cast<int64_t>(s.allocated_bytes);
+  out.reserved_bytes = static_cast<int64_t>(s.allocated_bytes + s.cached_bytes);
+  out.peak_allocated_bytes = static_cast<int64_t>(s.peak_allocated_bytes);
+  return out;
 }
 
 }  // namespace gradserve::cuda

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -49,11 +50,14 @@ class CachingAllocator final : public Allocator {
   void ReleaseCached();
 
   struct Stats {
-    size_t allocated_bytes = 0;  // held by tensors
-    size_t cached_bytes = 0;     // kept for reuse
-    int64_t cuda_mallocs = 0;    // calls to cudaMalloc so far
+    size_t allocated_bytes = 0;       // held by tensors
+    size_t cached_bytes = 0;          // kept for reuse
+    size_t peak_allocated_bytes = 0;  // the most allocated_bytes has been
+    int64_t cuda_mallocs = 0;         // calls to cudaMalloc so far
   };
   Stats stats() const;
+  // stats() for the server's metrics: reserved is allocated and cached, all from cudaMalloc.
+  std::optional<MemoryStats> memory_stats() const override;
 
  private:
   struct Block {

@@ -23,6 +23,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "engine/device/device_registry.h"
+#include "gradserve/v1/gradserve.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/server/security/test_pki.h"
 #include "tests/server/test_util.h"
@@ -140,6 +143,88 @@ TEST(MetricsEndpointTest, CountsKnownTraffic) {
 
   EXPECT_EQ(Get(s.server().metrics_port(), "/").first, 404);
   EXPECT_EQ(Get(s.server().metrics_port(), "/metrics/../etc/passwd").first, 404);
+}
+
+TEST(MetricsEndpointTest, CountsTheCheapCallsUnderTheirOwnRpc) {
+  TestServer s(MetricsOptions());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(s.client().Ping("hello").ok());
+  ASSERT_TRUE(s.client().GetServerInfo().ok());
+  // A session nobody holds: NOT_FOUND, counted all the same.
+  auto stub =
+      v1::GradService::NewStub(grpc::CreateChannel(s.target(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  v1::ReleaseRequest release;
+  release.set_session_id("no-such-session");
+  v1::ReleaseResponse released;
+  EXPECT_EQ(stub->Release(&context, release, &released).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  const std::string text = Get(s.server().metrics_port(), "/metrics").second;
+  EXPECT_EQ(Sample(text, R"(gradserve_requests_total{rpc="Ping",status="OK",tenant=""})"), 3)
+      << text;
+  EXPECT_EQ(Sample(text, R"(gradserve_requests_total{rpc="GetServerInfo",status="OK",tenant=""})"),
+            1);
+  EXPECT_EQ(Sample(text, R"(gradserve_requests_total{rpc="Release",status="NOT_FOUND",tenant=""})"),
+            1);
+  EXPECT_EQ(Sample(text, R"(gradserve_request_duration_seconds_count{rpc="Ping",tenant=""})"), 3);
+  // They never reach the engine: no engine stage, no refusal, no grad call counted.
+  EXPECT_FALSE(absl::StrContains(text, R"(gradserve_queue_duration_seconds_count{rpc="Ping")"));
+  EXPECT_FALSE(absl::StrContains(text, R"(gradserve_requests_total{rpc="ComputeGradients")"));
+}
+
+// Memory by device and the Engine threads' busy time, read from the engine at the scrape.
+TEST(MetricsEndpointTest, ReportsMemoryByDeviceAndEngineBusyTime) {
+  const absl::Status registered = RegisterSimulatedDevices(1);
+  ASSERT_TRUE(registered.ok() || absl::IsAlreadyExists(registered)) << registered;
+  TestServer s(MetricsOptions());
+  const int port = s.server().metrics_port();
+  auto busy = [](const std::string& text, const char* thread) {
+    return Sample(text,
+                  absl::StrCat("gradserve_engine_busy_seconds_total{thread=\"", thread, "\"}"));
+  };
+  const std::string before = Get(port, "/metrics").second;
+  for (const char* thread : {"owner", "device", "reentrant"}) {
+    ASSERT_TRUE(busy(before, thread).has_value()) << thread << "\n" << before;
+    EXPECT_GE(*busy(before, thread), 0) << thread;
+  }
+  // A 4 MiB gradient on the CPU, a small one on the simulated device (its worker thread runs
+  // it).
+  constexpr int kElements = 1 << 20;
+  RequestBuilder b;
+  b.Leaf("x", HostTensor::Float32(std::vector<float>(kElements, 1.0f), {kElements}), true);
+  b.Op("mul", {"x", "x"}, {"y"});
+  b.Op("sum", {"y"}, {"loss"});
+  b.Grad({"loss"}, {"x"});
+  ASSERT_TRUE(s.client().ComputeGradients(b.request()).ok());
+  v1::GradRequest on_sim = SquareRequest();
+  on_sim.mutable_graph()->mutable_leaves(0)->mutable_value()->set_device("sim:0");
+  ASSERT_TRUE(s.client().ComputeGradients(on_sim).ok());
+
+  // A device thread adds its busy stretch when it next waits, just after it hands the pass
+  // back (Note [Engine busy time]): wait for that.
+  std::string after = Get(port, "/metrics").second;
+  for (int i = 0; i < 500 && !(*busy(after, "device") > *busy(before, "device")); ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+    after = Get(port, "/metrics").second;
+  }
+  const std::optional<double> allocated =
+      Sample(after, R"(gradserve_device_memory_allocated_bytes{device="cpu"})");
+  const std::optional<double> reserved =
+      Sample(after, R"(gradserve_device_memory_reserved_bytes{device="cpu"})");
+  ASSERT_TRUE(allocated.has_value() && reserved.has_value()) << after;
+  EXPECT_GE(*allocated, 0);
+  EXPECT_LT(*allocated, 1 << 30);  // the test's own tensors, not gigabytes
+  EXPECT_GE(*reserved, *allocated);
+  // The 4 MiB blocks came back to the allocator's cache of big blocks (Note [Big host
+  // blocks]), which reserved counts.
+  EXPECT_GE(*reserved - *allocated, 4 << 20) << after;
+  // The simulated device's memory is host memory, counted once, as the CPU's; the CPU keeps
+  // no peak (its count is sharded by thread).
+  EXPECT_FALSE(absl::StrContains(after, "device=\"sim:0\"")) << after;
+  EXPECT_FALSE(
+      absl::StrContains(after, "gradserve_device_memory_peak_allocated_bytes{device=\"cpu\"}"));
+  EXPECT_GT(*busy(after, "owner"), *busy(before, "owner")) << after;
+  EXPECT_GT(*busy(after, "device"), *busy(before, "device")) << after;
+  EXPECT_LT(*busy(after, "owner"), 600);  // seconds: sane, not nanoseconds
 }
 
 TEST(MetricsEndpointTest, CountsRejectionsByReason) {
@@ -306,14 +391,22 @@ TEST(PrometheusTest, ScrapesTheServerAndCountsKnownTraffic) {
   TestServer s(MetricsOptions());
   ASSERT_GT(s.server().metrics_port(), 0);
   SendKnownTraffic(s.client());
+  ASSERT_TRUE(s.client().Ping().ok());
   PrometheusProcess prometheus(s.server().metrics_port());
   const absl::Duration kWait = absl::Seconds(40);  // the first scrape lands after ~6 s
 
   EXPECT_EQ(prometheus.WaitFor(R"(up{job="gradserve"})", 1, kWait), 1) << prometheus.Log();
-  EXPECT_EQ(prometheus.WaitFor(R"(sum(gradserve_requests_total{status="OK"}))", 5, kWait), 5)
+  // The grad calls; the Ping is counted under its own rpc.
+  EXPECT_EQ(
+      prometheus.WaitFor(R"(sum(gradserve_requests_total{rpc=~"ComputeGradients.*",status="OK"}))",
+                         5, kWait),
+      5)
       << prometheus.Log();
   EXPECT_EQ(prometheus.Query(R"(sum(gradserve_requests_total{status="INVALID_ARGUMENT"}))"), 2);
   EXPECT_EQ(prometheus.Query(R"(sum(gradserve_requests_total{status="RESOURCE_EXHAUSTED"}))"), 1);
+  EXPECT_EQ(prometheus.Query(R"(sum(gradserve_requests_total{rpc="Ping"}))"), 1);
+  EXPECT_GT(prometheus.Query(R"(gradserve_engine_busy_seconds_total{thread="owner"})"), 0);
+  EXPECT_EQ(prometheus.Query(R"(count(gradserve_device_memory_reserved_bytes{device="cpu"}))"), 1);
   EXPECT_EQ(prometheus.Query(
                 R"(sum(gradserve_requests_total{rpc="ComputeGradientsStream",status="OK"}))"),
             2);
@@ -321,11 +414,13 @@ TEST(PrometheusTest, ScrapesTheServerAndCountsKnownTraffic) {
   for (const char* histogram :
        {"gradserve_request_duration_seconds", "gradserve_queue_duration_seconds",
         "gradserve_forward_duration_seconds", "gradserve_backward_duration_seconds"}) {
-    EXPECT_EQ(prometheus.Query(
-                  absl::StrCat("sum(", histogram, "_count) - sum(gradserve_requests_total)")),
+    const std::string grad = R"(rpc=~"ComputeGradients.*")";
+    EXPECT_EQ(prometheus.Query(absl::StrCat("sum(", histogram, "_count{", grad,
+                                            "}) - sum(gradserve_requests_total{", grad, "})")),
               0)
         << histogram;
-    EXPECT_EQ(prometheus.Query(absl::StrCat("sum(", histogram, "_bucket{le=\"+Inf\"})")), 8)
+    EXPECT_EQ(prometheus.Query(absl::StrCat("sum(", histogram, "_bucket{", grad, ",le=\"+Inf\"})")),
+              8)
         << histogram;
   }
   EXPECT_EQ(prometheus.Query("gradserve_in_flight"), 0);
