@@ -53,8 +53,12 @@ void SavedVariable::ThrowModified(const Node* saved_for) const {
     which = absl::StrCat("output ", output_nr_, " of ", node);
   } else {
     which = data_.name().empty() ? std::string("a tensor") : Quote(data_.name());
-    if (const auto& fn = data_.grad_fn()) {
-      absl::StrAppend(&which, ", output ", data_.output_nr(), " of ", fn->DebugName(), ",");
+    // The history it had when saved, read as it is: a view's is not remade here, on a
+    // backward's thread (Note [Views written in place]).
+    const AutogradMeta* meta = MetaOf(data_);
+    if (meta != nullptr && meta->grad_fn_ != nullptr) {
+      absl::StrAppend(&which, ", output ", meta->output_nr_, " of ", meta->grad_fn_->DebugName(),
+                      ",");
     }
   }
   ThrowStatus(absl::FailedPreconditionError(absl::StrCat(

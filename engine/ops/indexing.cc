@@ -6,21 +6,13 @@
 #include "engine/kernels/op_kernels.h"
 #include "engine/ops/elementwise.h"
 #include "engine/ops/formula_node.h"
+#include "engine/ops/inplace.h"
 #include "engine/ops/shape.h"
 #include "engine/ops/shape_common.h"
 #include "engine/util/cancellation.h"
 
 namespace gradserve::ops {
 namespace {
-
-// The int64 index [position(0), ..., position(n - 1)] on device.
-template <typename Fn>
-Tensor PositionIndex(int64_t n, Device device, Fn&& position) {
-  Tensor index = Tensor::Empty({n}, DType::kInt64);
-  int64_t* p = index.data<int64_t>();
-  for (int64_t k = 0; k < n; ++k) p[k] = position(k);
-  return device == kCPU ? index : index.To(device);
-}
 
 // Wraps each of dims for op, refusing repeats.
 std::vector<int64_t> DistinctDims(const char* op, absl::Span<const int64_t> dims,
@@ -145,7 +137,6 @@ Tensor slice(const Tensor& input, int64_t dim, std::optional<int64_t> start,
   const int64_t offset = input.storage_offset() + begin * strides[dim];
   strides[dim] *= step;
   Tensor out = input.AsStrided(shape, strides, offset);
-  out.impl()->is_view = true;  // an alias of input's elements (Note [In-place ops])
   RecordFormula(out, {input}, "SliceBackward0",
                 [in_shape = Shape(input.shape()), dim, begin, step, length](
                     const FormulaBackward&, const Tensor& g) -> TensorList {
@@ -153,6 +144,7 @@ Tensor slice(const Tensor& input, int64_t dim, std::optional<int64_t> start,
                       length, g.device(), [begin, step](int64_t k) { return begin + k * step; });
                   return {IndexAddIntoZeros(in_shape, dim, index, g)};
                 });
+  MarkView(out, input);
   return out;
 }
 

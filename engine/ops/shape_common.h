@@ -29,6 +29,16 @@ int64_t WrapDimArg(const char* op, const char* arg, int64_t dim, absl::Span<cons
 int64_t WrapInsertDimArg(const char* op, const char* arg, int64_t dim,
                          absl::Span<const int64_t> shape);
 
+// The int64 index [position(0), ..., position(n - 1)] on device, built on
+// the host.
+template <typename Fn>
+Tensor PositionIndex(int64_t n, Device device, Fn&& position) {
+  Tensor index = Tensor::Empty({n}, DType::kInt64);
+  int64_t* p = index.data<int64_t>();
+  for (int64_t k = 0; k < n; ++k) p[k] = position(k);
+  return device == kCPU ? index : index.To(device);
+}
+
 // Requires a defined tensor of the given dtype.
 // (RequireFloating in op_kernels.h checks for a floating dtype.)
 void CheckDTypeArg(const char* op, const char* arg, const Tensor& t, DType dtype);
