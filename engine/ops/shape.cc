@@ -340,8 +340,8 @@ class ScatterAddBackward final : public Node {
 // ---------------------------------------------------------------------------------------------
 // Index checks shared by each pair.
 
-// Checks index_select / index_add arguments against a tensor of `shape`; returns the wrapped
-// dim. `source_arg` names the tensor of `shape` in messages.
+}  // namespace
+
 int64_t CheckIndexSelectArgs(const char* op, const char* source_arg,
                              absl::Span<const int64_t> shape, int64_t dim, const Tensor& index,
                              std::optional<int64_t> skip) {
@@ -355,6 +355,8 @@ int64_t CheckIndexSelectArgs(const char* op, const char* source_arg,
       absl::StrCat("dimension ", dim, " of ", source_arg, " with shape ", ShapeToString(shape)));
   return dim;
 }
+
+namespace {
 
 // The shape IndexSelectKernel makes.
 Shape IndexSelectShape(absl::Span<const int64_t> input_shape, int64_t dim, const Tensor& index) {

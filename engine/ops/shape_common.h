@@ -54,6 +54,13 @@ void CheckSameDTypeAndDevice(const char* op, const char* arg_a, const Tensor& a,
 void CheckIndices(const char* op, const char* arg, const Tensor& index, int64_t bound,
                   std::optional<int64_t> skip, const std::string& what);
 
+// Checks index_select / index_add arguments against a tensor of `shape`: index is 0-d or 1-d
+// int64 within shape[dim] (or equal to skip); returns the wrapped dim. `source_arg` names the
+// tensor of `shape` in messages.
+int64_t CheckIndexSelectArgs(const char* op, const char* source_arg,
+                             absl::Span<const int64_t> shape, int64_t dim, const Tensor& index,
+                             std::optional<int64_t> skip);
+
 // The shape with dimension `dim` removed / inserted with `size`.
 Shape ShapeWithout(absl::Span<const int64_t> shape, int64_t dim);
 Shape ShapeWith(absl::Span<const int64_t> shape, int64_t dim, int64_t size);

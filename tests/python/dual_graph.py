@@ -243,6 +243,12 @@ TORCH_OPS = {
     "zero_": torch.Tensor.zero_,
     "copy_": torch.Tensor.copy_,
     "masked_fill_": lambda x, mask, value: x.masked_fill_(mask, value),
+    "index_copy": lambda x, index, source, dim: torch.index_copy(x, dim, index, source),
+    "index_copy_": lambda x, index, source, dim: x.index_copy_(dim, index, source),
+    "index_put": lambda x, values, *indices, accumulate=False: torch.index_put(
+        x, indices, values, accumulate),
+    "index_put_": lambda x, values, *indices, accumulate=False: x.index_put_(
+        indices, values, accumulate),
 }
 
 
