@@ -2,6 +2,7 @@
 // the gradients PyTorch gives through the base and through every view of it; the ported cases
 // of PyTorch's test_autograd.py test_inplace_on_view_*, with values from python3-torch 1.13.
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,15 @@ TEST(InPlaceViewTest, AViewMadeBeforeTheBaseIsWrittenReadsTheWrite) {
              {0.2350037122015945, 0.2982929041406657, -0.10499358540350662, 0.12306704136879917,
               -0.09830596662074093, 0.6536849812854421, 0.2982929041406657, 0.35250556830239177,
               -0.4889166233814917, -0.1778944406468057, 0.05542821832327726, 0.1541252305066976});
+}
+
+TEST(InPlaceViewTest, AWriteFromAPackedCopyLandsOnTheViewsElements) {
+  // clamp_ reads a packed copy of its strided self (its backward needs the old values) and
+  // writes the view's elements, not the first three of the base.
+  Tensor x = Leaf({-0.9, -0.4, 0.1, 0.6, 0.8, -0.2}, {3, 2}, "x");
+  Tensor b = mul(x, 1.0);
+  clamp_(select(b, 1, 1), -0.5, 0.5);
+  ExpectNear(b, {-0.9, -0.4, 0.1, 0.5, 0.8, -0.2});
 }
 
 TEST(InPlaceViewTest, GradCheckThroughWritesIntoViews) {
@@ -228,6 +238,41 @@ TEST(InPlaceViewTest, DoubleBackwardThroughAWriteIntoAView) {
   // d/dx0 of the sum: 2 x1^2 + 4 x0 x1; d/dx1: 4 x0 x1 + 2 x0^2 + 2.
   ExpectNear((*gg)[0], {2 * 0.25 + 4 * 1.5 * 0.5, 2 * 9.0 + 4 * -2 * 3,
                         4 * 1.5 * 0.5 + 2 * 2.25 + 2, 4 * -2 * 3 + 2 * 4.0 + 2});
+}
+
+TEST(InPlaceViewTest, DoubleBackwardThroughASavedResultOfAWriteIntoAView) {
+  // a = x * 1; v = a[0:2]; v.tanh_() saves its result, the view; the first backward records
+  // through it (create_graph) and the second differentiates that: the saved view's history
+  // must be its view-replay Node, never the TanhBackward0 that only CopySlices runs
+  // (PyTorch's is_inplace_on_view). loss = sum(a * a); d/dx = 2 t t' on 0:2 and 2x after.
+  auto fn = [](const TensorList& in) {
+    Tensor a = mul(in[0], 1.0);
+    tanh_(narrow(a, 0, 1, 2));
+    return TensorList{mul(a, a)};
+  };
+  const TensorList inputs = {RandomInput({4, 3}, 21)};
+  EXPECT_TRUE(GradCheck(fn, inputs));
+  EXPECT_TRUE(GradGradCheck(fn, inputs));
+  Tensor x = Leaf({0.5, -1, 0.25, 2}, {4}, "x");
+  Tensor a = mul(x, 1.0);
+  Tensor v = narrow(a, 0, 0, 2);
+  tanh_(v);
+  autograd::BackwardOptions options;
+  options.create_graph = true;
+  options.retain_graph = true;  // PyTorch's default with create_graph
+  absl::StatusOr<TensorList> g = autograd::Grad({sum(mul(a, a))}, {Tensor()}, {x}, options);
+  ASSERT_TRUE(g.ok()) << g.status();
+  absl::StatusOr<TensorList> gg = autograd::Grad({sum((*g)[0])}, {Tensor()}, {x}, {});
+  ASSERT_TRUE(gg.ok()) << gg.status();
+  // d/dx of 2 t (1 - t^2) with t = tanh(x): 2 (1 - t^2)(1 - 3 t^2); 2 after.
+  std::vector<double> want;
+  for (double xi : {0.5, -1.0}) {
+    const double t = std::tanh(xi);
+    want.push_back(2 * (1 - t * t) * (1 - 3 * t * t));
+  }
+  want.push_back(2);
+  want.push_back(2);
+  ExpectNear((*gg)[0], want, 1e-12);
 }
 
 }  // namespace

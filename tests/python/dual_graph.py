@@ -302,14 +302,27 @@ class DualGraph:
             result = self.evaluate(op, inputs, attrs)
         return self.add(op, inputs, result, name=name, no_grad=no_grad, **attrs)
 
+    def torch_grad(self, *args, **kwargs):
+        """torch.autograd.grad, leaving every leaf's .grad as it was. PyTorch 1.13's grad()
+        through a CopySlices (an in-place op on a view) also accumulates into the .grad of the
+        leaves the op's other inputs reach, which grad() must not do and gradserve does not; a
+        later backward-semantics call would otherwise expect that leak."""
+        leaves = [t for t in self.values.values() if t.is_leaf and t.requires_grad]
+        before = [t.grad for t in leaves]
+        try:
+            return torch.autograd.grad(*args, **kwargs)
+        finally:
+            for t, g in zip(leaves, before):
+                t.grad = g
+
     def grad_op(self, roots, wrt, grad_outputs, names=None):
         """Records an in-graph grad op (create_graph, allow_unused, materialize_grads) and its
         PyTorch counterpart; returns the names of the gradients, one per wrt."""
         names = names or [self.fresh("g") for _ in wrt]
-        grads = torch.autograd.grad([self.values[r] for r in roots],
-                                    [self.values[w] for w in wrt],
-                                    [self.values[s] for s in grad_outputs],
-                                    create_graph=True, allow_unused=True)
+        grads = self.torch_grad([self.values[r] for r in roots],
+                                [self.values[w] for w in wrt],
+                                [self.values[s] for s in grad_outputs],
+                                create_graph=True, allow_unused=True)
         self.builder.op("grad", roots, out=names, wrt=wrt,
                         grad_outputs=grad_outputs, allow_unused=True, materialize_grads=True)
         for name, w, g in zip(names, wrt, grads):
@@ -327,8 +340,8 @@ class DualGraph:
         tensors = [self.values[r] for r in roots]
         grad_outputs = [torch.from_numpy(np.asarray(seeds[r]).copy()) if r in seeds
                         else torch.ones_like(t) for r, t in zip(roots, tensors)]
-        grads = torch.autograd.grad(tensors, [self.values[i] for i in inputs], grad_outputs,
-                                    retain_graph=True, allow_unused=True)
+        grads = self.torch_grad(tensors, [self.values[i] for i in inputs], grad_outputs,
+                                retain_graph=True, allow_unused=True)
         expected = {}
         for name, g in zip(inputs, grads):
             if g is None and none_as_zero:
