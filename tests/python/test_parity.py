@@ -299,6 +299,35 @@ class HandWrittenParityTest(ServerTestCase):
                 g.grad_call([loss], [x, w, h])
                 self.run_dual(g, {c: g.values[c].detach().numpy(), h: g.values[h].detach().numpy()})
 
+    def test_in_place_on_views(self):
+        """Writes into views as PyTorch runs them (CopySlices): slice assignment into a buffer
+        that requires no grad, a write into a transposed view of an intermediate read through
+        its base and through another view made before the write, and index_put_."""
+        for dtype in (np.float32, np.float64):
+            with self.subTest(dtype=np.dtype(dtype).name):
+                g = DualGraph()
+                x = leaf(g, (3, 4), 50, dtype)
+                y = leaf(g, (3,), 51, dtype)
+                w = leaf(g, (4,), 52, dtype)
+                buf = leaf(g, (3, 4), 53, dtype, requires_grad=False)
+                buf_h = g.op("mul", [buf], other=0.0)  # a buffer: buf_h[:, 0] = y
+                g.op("copy_", [g.op("select", [buf_h], dim=1, index=0), y])
+                g.op("copy_", [g.op("narrow", [buf_h], dim=1, start=1, length=3),
+                               g.op("narrow", [g.op("tanh", [x])], dim=1, start=1, length=3)])
+                h = g.op("mul", [x], other=1.5)
+                col = g.op("select", [h], dim=1, index=2)  # made before the write
+                t = g.op("narrow", [g.op("transpose", [h], dim0=0, dim1=1)], dim=0, start=1,
+                         length=2)
+                g.op("mul_", [t, g.op("narrow", [w], dim=0, start=0, length=3)])
+                g.op("sigmoid_", [t])
+                rows = g.leaf(np.array([2, 0]))
+                g.op("index_put_", [buf_h, g.op("mul", [w], other=2.0), rows])
+                loss = g.op("sum", [g.op("mul", [g.op("add", [h, buf_h]), buf_h])])
+                loss2 = g.op("sum", [g.op("exp", [col])])
+                g.grad_call([loss, loss2], [x, y, w, h], retain_graph=True)
+                self.run_dual(g, {h: g.values[h].detach().numpy(),
+                                  buf_h: g.values[buf_h].detach().numpy()})
+
     def test_in_place_write_of_a_saved_value_fails_as_in_pytorch(self):
         g = DualGraph()
         x = leaf(g, (3,), 43)
