@@ -1,6 +1,7 @@
 // In-place ops in graphs (Note [Graph values], Note [In-place ops], Note [Leaves written in
 // place]): how names refer to written tensors, what they cost, and where they are refused.
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -251,6 +252,42 @@ TEST(InPlaceGraphTest, InsideACheckpointBody) {
   // y = [4, 2.5]; d loss / dx = 2y * w where relu passes: [16, -15].
   ExpectNear(Values(*graph->Value("y")), {4, 2.5});
   ExpectNear(GradOf(*graph, "loss", "x"), {16, -15});
+
+  // A view of what the body computes is written as anywhere; PyTorch's values for
+  // body(a) = (a * w) with [0:1] += 1, then tanh: y = [tanh(4), 1.5], dy/dx = [2 (1 - y0^2),
+  // -3]; loss = sum(y * y).
+  GraphBuilder view_body;
+  view_body.Inputs({"a"}).Leaf("w", F64({2, -3}), true);
+  ops::Attrs head;
+  head.set("dim", int64_t{0});
+  head.set("start", int64_t{0});
+  head.set("length", int64_t{1});
+  view_body.Op("mul", {"a", "w"}, {"m"}).Op("narrow", {"m"}, {"m0"}, head);
+  view_body.Op("add_", {"m0"}, {}, Scalar("other", 1)).Op("tanh_", {"m0"}, {});
+  view_body.Outputs({"m"});
+  GraphBuilder with_view;
+  with_view.Leaf("x", F64({1.5, -0.5}), true).Op("checkpoint", {"x"}, {"y"}).last().body =
+      view_body.BuildShared();
+  with_view.Op("mul", {"y", "y"}, {"sq"}).Op("sum", {"sq"}, {"loss"});
+  auto view_graph = MustRecord(with_view.Build());
+  ASSERT_NE(view_graph, nullptr);
+  const double t = std::tanh(4.0);
+  ExpectNear(Values(*view_graph->Value("y")), {t, 1.5});
+  ExpectNear(GradOf(*view_graph, "loss", "x"), {2 * t * (1 - t * t) * 2, 2 * 1.5 * -3});
+  // ...but a view, or a detached alias, of the body's input shows the caller's elements.
+  for (const char* alias : {"narrow", "detach"}) {
+    GraphBuilder body_alias;
+    body_alias.Inputs({"a"}).Op(alias, {"a"}, {"v"},
+                                alias == std::string("narrow") ? head : ops::Attrs());
+    body_alias.Op("relu_", {"v"}, {}).Outputs({"v"});
+    GraphBuilder top_alias;
+    top_alias.Leaf("x", F64({1, -1}), true).Op("checkpoint", {"x"}, {"y"}).last().body =
+        body_alias.BuildShared();
+    auto alias_status = RecordedGraph::Record(top_alias.Build(), {});
+    ASSERT_FALSE(alias_status.ok()) << alias;
+    EXPECT_EQ(alias_status.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(MessageHas(alias_status.status(), "body's input or leaf")) << alias_status.status();
+  }
 
   GraphBuilder writes_input;
   writes_input.Inputs({"a"}).Op("relu_", {"a"}, {}).Outputs({"a"});
