@@ -382,6 +382,13 @@ class Interpreter {
       }
       recorded->num_nodes_ =
           RunOps(shared_graph, *recorded->slots_, "", program, recorded->values_);
+      if (recorded->slots_->writes_in_place) {
+        // Note [Views written in place]: a view whose base a later op wrote gets its replayed
+        // history now, on this thread, so that backward calls only read the values.
+        for (const Tensor& value : recorded->values_) {
+          if (value.defined()) (void)value.grad_fn();
+        }
+      }
       return absl::OkStatus();
     });
     if (!status.ok()) return status;
