@@ -70,7 +70,8 @@ void TrackView(Tensor& view, const Tensor& base) {
   const Tensor* root = ViewBaseOf(base);
   if (root == nullptr) {
     // A view of an untracked view stays untracked: its base is not known.
-    if (base.is_view() || !base.is_contiguous()) return;
+    // (A tensor without elements has no layout to speak of: any will do.)
+    if (base.is_view() || !(base.is_contiguous() || base.numel() == 0)) return;
     root = &base;
   }
   AutogradMeta& meta = MutableMetaOf(view);

@@ -123,6 +123,17 @@ TEST(InPlaceViewTest, AWriteFromAPackedCopyLandsOnTheViewsElements) {
   ExpectNear(b, {-0.9, -0.4, 0.1, 0.5, 0.8, -0.2});
 }
 
+TEST(InPlaceViewTest, AViewWithoutElementsIsWrittenAsAnyView) {
+  // PyTorch writes (nothing) into a view of an empty intermediate and differentiates it.
+  Tensor x = Leaf({}, {0, 4}, "x");
+  Tensor a = mul(x, 1.0);
+  Tensor v = narrow(a, 1, 1, 2);
+  mul_(v, 2.0);
+  EXPECT_EQ(a.grad_fn()->name(), "CopySlices");
+  TensorList g = GradsOf(sum(a), {x});
+  EXPECT_EQ(g[0].shape(), Shape({0, 4}));
+}
+
 TEST(InPlaceViewTest, GradCheckThroughWritesIntoViews) {
   // Writes into views of views (transpose then narrow, slice with a step, select of a
   // reshape), with operands that require grad, the base and a view read after.

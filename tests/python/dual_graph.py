@@ -13,6 +13,7 @@ absolutely. Thresholds: TOLERANCE by dtype.
 Threading: a DualGraph belongs to one thread.
 """
 
+import contextlib
 import math
 
 import numpy as np
@@ -23,6 +24,23 @@ import server_fixture  # noqa: F401  (puts the client on sys.path)
 from gradserve import GraphBuilder
 
 TOLERANCE = {np.dtype(np.float64): 1e-10, np.dtype(np.float32): 1e-5}
+
+
+@contextlib.contextmanager
+def no_grad_leaks(values, keep=()):
+    """Leaves every leaf's .grad in values (but those of the tensors in keep) as it was.
+    PyTorch 1.13's grad() through a CopySlices (an in-place op on a view), and backward() with
+    inputs, also accumulate into the .grad of the leaves the in-place op's other inputs reach,
+    which neither must do and gradserve does not; a later backward-semantics call would
+    otherwise expect that leak."""
+    leaves = [t for t in values.values()
+              if t.is_leaf and t.requires_grad and not any(t is k for k in keep)]
+    before = [t.grad for t in leaves]
+    try:
+        yield
+    finally:
+        for t, g in zip(leaves, before):
+            t.grad = g
 
 
 def _reduce(fn):
@@ -303,17 +321,9 @@ class DualGraph:
         return self.add(op, inputs, result, name=name, no_grad=no_grad, **attrs)
 
     def torch_grad(self, *args, **kwargs):
-        """torch.autograd.grad, leaving every leaf's .grad as it was. PyTorch 1.13's grad()
-        through a CopySlices (an in-place op on a view) also accumulates into the .grad of the
-        leaves the op's other inputs reach, which grad() must not do and gradserve does not; a
-        later backward-semantics call would otherwise expect that leak."""
-        leaves = [t for t in self.values.values() if t.is_leaf and t.requires_grad]
-        before = [t.grad for t in leaves]
-        try:
+        """torch.autograd.grad over self.values, without its leak (no_grad_leaks)."""
+        with no_grad_leaks(self.values):
             return torch.autograd.grad(*args, **kwargs)
-        finally:
-            for t, g in zip(leaves, before):
-                t.grad = g
 
     def grad_op(self, roots, wrt, grad_outputs, names=None):
         """Records an in-graph grad op (create_graph, allow_unused, materialize_grads) and its

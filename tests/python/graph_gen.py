@@ -429,6 +429,11 @@ class RandomGraph:
                 attrs["accumulate"] = True
         if self.allowed is not None and op not in self.allowed:
             return None
+        # gradserve refuses an in-place result of another dtype where PyTorch converts it
+        # (Note [In-place ops]): operands of another float dtype are not drawn.
+        if any(self.value(i).is_floating_point() and self.value(i).dtype != self.value(target).dtype
+               for i in inputs[1:]):
+            return None
         # The value check of try_op, on copies first: a write PyTorch made could not be undone.
         try:
             trial = TORCH_OPS[op](*[self.value(i).detach().clone() for i in inputs], **attrs)
