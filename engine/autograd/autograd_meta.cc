@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "engine/autograd/variable.h"
+
 namespace gradserve::autograd {
 namespace {
 
@@ -22,6 +24,15 @@ Tensor AutogradMeta::grad() const {
 void AutogradMeta::set_grad(Tensor grad) {
   MutexLock lock(&mutex_);
   grad_ = std::move(grad);
+}
+
+void AutogradMeta::RefreshViewHistory(const Tensor& self) {
+  // A base that requires no grad has no history to replay (and neither has the view).
+  if (!view_base_.requires_grad()) {
+    view_version_ = self.version();
+    return;
+  }
+  ReplayViewFromBase(self);
 }
 
 // Every metadata is an AutogradMeta: MakeAutogradMeta is the only factory.

@@ -24,6 +24,20 @@ struct AutogradMeta final : AutogradMetaInterface {
   // metadata is plain data]).
   Tensor grad() const override;
   void set_grad(Tensor grad) override;
+  void RefreshViewHistory(const Tensor& self) override;
+
+  // A tracked view's base (tracks_view_): the tensor that is no view whose elements it shows,
+  // kept alive by it, as PyTorch's view metadata keeps base_ (Note [Views written in place]).
+  // Set once, when the view op makes the view, before the view is shared.
+  Tensor view_base_;
+  // A view made under no_grad of a tensor that requires grad: PyTorch's NO_GRAD_MODE creation
+  // meta, which refuses an in-place op with grad mode on (Note [Views written in place]).
+  bool view_made_under_no_grad_ = false;
+  // Only on a SavedVariable's alias of a view that an in-place op wrote and saved as its
+  // output: the view's grad_fn then, its view-replay Node, which unpack gives the output
+  // instead of the saving Node (PyTorch's is_inplace_on_view). Weak: that Node's history
+  // reaches the saving Node.
+  std::weak_ptr<Node> saved_view_grad_fn_;
 
   // Guards a leaf's gradient state against concurrent backward passes.
   mutable Mutex mutex_;

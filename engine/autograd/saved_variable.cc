@@ -4,6 +4,7 @@
 #include "engine/autograd/autograd_meta.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/node.h"
+#include "engine/autograd/variable.h"
 #include "engine/util/quote.h"
 
 namespace gradserve::autograd {
@@ -20,6 +21,10 @@ SavedVariable::SavedVariable(const Tensor& t, bool is_output) : was_defined_(t.d
   }
   data_ = t.detach();
   output_nr_ = t.output_nr();
+  if (t.is_view() && ViewBaseOf(t) != nullptr) {
+    is_inplace_on_view_ = true;
+    MutableMetaOf(data_).saved_view_grad_fn_ = t.grad_fn();
+  }
 }
 
 Tensor SavedVariable::unpack(const Node* saved_for) const {
@@ -39,6 +44,12 @@ Tensor SavedVariable::unpack(const Node* saved_for) const {
   Tensor out = data_.detach();
   AutogradMeta& meta = MutableMetaOf(out);
   meta.output_nr_ = output_nr_;
+  if (is_inplace_on_view_) [[unlikely]] {
+    // As PyTorch: the view's history, or the saving Node's once the view and its history are
+    // gone (then nothing else can reach that history either).
+    meta.grad_fn_ = MetaOf(data_)->saved_view_grad_fn_.lock();
+    if (meta.grad_fn_ != nullptr) return out;
+  }
   meta.grad_fn_ = const_cast<Node*>(saved_for)->shared_from_this();
   return out;
 }
@@ -53,8 +64,12 @@ void SavedVariable::ThrowModified(const Node* saved_for) const {
     which = absl::StrCat("output ", output_nr_, " of ", node);
   } else {
     which = data_.name().empty() ? std::string("a tensor") : Quote(data_.name());
-    if (const auto& fn = data_.grad_fn()) {
-      absl::StrAppend(&which, ", output ", data_.output_nr(), " of ", fn->DebugName(), ",");
+    // The history it had when saved, read as it is: a view's is not remade here, on a
+    // backward's thread (Note [Views written in place]).
+    const AutogradMeta* meta = MetaOf(data_);
+    if (meta != nullptr && meta->grad_fn_ != nullptr) {
+      absl::StrAppend(&which, ", output ", meta->output_nr_, " of ", meta->grad_fn_->DebugName(),
+                      ",");
     }
   }
   ThrowStatus(absl::FailedPreconditionError(absl::StrCat(

@@ -16,9 +16,11 @@ class Node;
 // mode records the backward (create_graph), the same place in the graph.
 //
 // A tensor that is an output of the saving Node itself is saved without its grad_fn (that would
-// be a reference cycle); unpack(node) puts it back. Any other tensor (an input, a leaf, a
-// constant) is kept as it is, as PyTorch keeps it: gradients of a double backward still reach
-// its grad_fn or its AccumulateGrad.
+// be a reference cycle); unpack(node) puts it back. An output that is a view the saving
+// in-place op wrote gets back the view's grad_fn at save time instead, its view-replay Node
+// (the saving Node runs only inside the base's CopySlices, Note [Views written in place]). Any
+// other tensor (an input, a leaf, a constant) is kept as it is, as PyTorch keeps it: gradients of a
+// double backward still reach its grad_fn or its AccumulateGrad.
 //
 // Note [Saved versions]
 // An in-place op writes into a tensor's elements and bumps its version (Note [Version counter]
@@ -55,6 +57,9 @@ class SavedVariable {
   uint32_t output_nr_ = 0;       // an output's place among the saving Node's outputs
   uint32_t saved_version_ = 0;   // data_.version() when saved
   bool saved_original_ = false;  // data_ is the tensor itself (not an output of the saver)
+  // An output that is a view written in place (Note [Views written in place]): its history is
+  // the view's, kept on data_'s metadata (AutogradMeta::saved_view_grad_fn_).
+  bool is_inplace_on_view_ = false;
   bool was_defined_ = false;
   bool released_ = false;
 };

@@ -1,5 +1,7 @@
 #include "engine/autograd/variable.h"
 
+#include <atomic>
+
 #include "engine/autograd/accumulate_grad.h"
 #include "engine/autograd/autograd_meta.h"
 #include "engine/autograd/grad_mode.h"
@@ -62,6 +64,53 @@ std::shared_ptr<Node> GradAccumulator(const Tensor& leaf) {
   std::shared_ptr<Node> made = MakeNode<AccumulateGrad>(leaf);
   meta->grad_accumulator_ = made;
   return made;
+}
+
+void TrackView(Tensor& view, const Tensor& base) {
+  const Tensor* root = ViewBaseOf(base);
+  if (root == nullptr) {
+    // A view of an untracked view stays untracked: its base is not known.
+    // (A tensor without elements has no layout to speak of: any will do.)
+    if (base.is_view() || !(base.is_contiguous() || base.numel() == 0)) return;
+    root = &base;
+  }
+  AutogradMeta& meta = MutableMetaOf(view);
+  meta.view_base_ = *root;
+  meta.tracks_view_ = true;
+  meta.view_version_ = view.version();
+}
+
+void MarkViewMadeUnderNoGrad(Tensor& view) { MutableMetaOf(view).view_made_under_no_grad_ = true; }
+
+bool IsViewMadeUnderNoGrad(const Tensor& t) {
+  const AutogradMeta* meta = MetaOf(t);
+  return meta != nullptr && meta->view_made_under_no_grad_;
+}
+
+const Tensor* ViewBaseOf(const Tensor& t) {
+  const AutogradMeta* meta = MetaOf(t);
+  return meta != nullptr && meta->tracks_view_ ? &meta->view_base_ : nullptr;
+}
+
+namespace {
+std::atomic<ViewReplayMaker> view_replay_maker{nullptr};
+}  // namespace
+
+void SetViewReplayMaker(ViewReplayMaker maker) { view_replay_maker.store(maker); }
+
+std::shared_ptr<Node> MakeViewReplay(const Tensor& view, const Tensor& base) {
+  const ViewReplayMaker maker = view_replay_maker.load();
+  GS_CHECK_INTERNAL(maker != nullptr,
+                    "no view-replay Node maker installed (Note [Views written in place])");
+  return maker(view, base);
+}
+
+void ReplayViewFromBase(const Tensor& view) {
+  AutogradMeta& meta = MutableMetaOf(view);
+  GS_CHECK_INTERNAL(meta.tracks_view_, "ReplayViewFromBase of an untracked view");
+  meta.view_version_ = view.version();
+  meta.grad_fn_ = MakeViewReplay(view, meta.view_base_);
+  meta.output_nr_ = 0;
 }
 
 void RegisterHook(const Tensor& t, std::shared_ptr<TensorHook> hook) {

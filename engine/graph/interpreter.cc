@@ -20,6 +20,7 @@
 #include "engine/graph/grad_op.h"
 #include "engine/graph/graph_level_ops.h"
 #include "engine/graph/hooks.h"
+#include "engine/ops/inplace.h"
 #include "engine/ops/op_registry.h"
 #include "engine/util/mutex.h"
 #include "engine/util/quote.h"
@@ -154,11 +155,13 @@ const Tensor& Lookup(const Env& env, int64_t slot, const char* role, const std::
 // outputs in env from slot first_output on; the Nodes it records get their labels from
 // labeler. Returns how many Nodes it labeled. A hook on a leaf keeps the leaf's AccumulateGrad
 // alive in keep_alive, so that the ops after it, which find it through the leaf, share it and
-// its hook (the leaf holds it weakly).
+// its hook (the leaf holds it weakly). The first given_slots slots of env hold the graph's
+// formal inputs and leaves.
 int64_t RunOp(const Op& op, const ops::OpSchema& schema, int64_t index, const std::string& scope,
               const std::shared_ptr<const Program>& program,
               const std::shared_ptr<const OpLabeler>& labeler, Reads& reads, int64_t first_output,
-              Env& env, std::vector<std::shared_ptr<autograd::Node>>& keep_alive) {
+              int64_t given_slots, Env& env,
+              std::vector<std::shared_ptr<autograd::Node>>& keep_alive) {
   TensorList inputs;
   inputs.reserve(op.inputs.size());
   for (const std::string& name : op.inputs) {
@@ -171,11 +174,18 @@ int64_t RunOp(const Op& op, const ops::OpSchema& schema, int64_t index, const st
   OutputNamesScope output_names(&op.outputs);
   TensorList outputs;
   if (schema.in_place && !scope.empty()) {
-    // Note [Graph values]: a body writes only what it computes; a view of that may still be a
-    // view of the body's input or leaf, which Validate cannot see.
-    GS_CHECK_ARG(!inputs[0].is_view(), op.op,
-                 ": an in-place op inside a checkpoint body must "
-                 "not write a view; write into a copy, or outside the checkpoint");
+    // Note [Graph values]: a body writes only what it computes; a view (or a detached alias)
+    // of that may still show the elements of the body's input or leaf, which Validate cannot
+    // see. A view of what the body computed is written as anywhere (Note [Views written in
+    // place]).
+    for (int64_t slot = 0; slot < given_slots; ++slot) {
+      const Tensor& given = env[static_cast<size_t>(slot)];
+      GS_CHECK_ARG(!ops::SharesElements(given, inputs[0]), op.op,
+                   ": an in-place op inside a checkpoint body must not write the elements of "
+                   "the body's input or leaf (",
+                   Quote(op.inputs[0]),
+                   " shares them); write into a copy, or outside the checkpoint");
+    }
   }
   if (schema.run) {
     outputs = schema.run(inputs, op.attrs);
@@ -263,7 +273,8 @@ int64_t RunOps(const std::shared_ptr<const Graph>& graph, const ValueSlots& slot
   std::vector<std::shared_ptr<autograd::Node>> keep_alive;
   const auto labeler = std::make_shared<const OpLabeler>(graph, scope);
   Reads reads(slots);
-  int64_t next_slot = static_cast<int64_t>(graph->inputs.size() + graph->leaves.size());
+  const int64_t given_slots = static_cast<int64_t>(graph->inputs.size() + graph->leaves.size());
+  int64_t next_slot = given_slots;
   int64_t nodes = 0;
   for (size_t i = 0; i < graph->ops.size(); ++i) {
     const Op& op = graph->ops[i];
@@ -281,7 +292,7 @@ int64_t RunOps(const std::shared_ptr<const Graph>& graph, const ValueSlots& slot
     };
     try {
       nodes += RunOp(op, *slots.schemas[i], static_cast<int64_t>(i), scope, program, labeler, reads,
-                     next_slot, env, keep_alive);
+                     next_slot, given_slots, env, keep_alive);
     } catch (const StatusError& e) {
       ThrowStatus(in_context(e.status()));
     } catch (const std::bad_alloc&) {
@@ -371,6 +382,13 @@ class Interpreter {
       }
       recorded->num_nodes_ =
           RunOps(shared_graph, *recorded->slots_, "", program, recorded->values_);
+      if (recorded->slots_->writes_in_place) {
+        // Note [Views written in place]: a view whose base a later op wrote gets its replayed
+        // history now, on this thread, so that backward calls only read the values.
+        for (const Tensor& value : recorded->values_) {
+          if (value.defined()) (void)value.grad_fn();
+        }
+      }
       return absl::OkStatus();
     });
     if (!status.ok()) return status;

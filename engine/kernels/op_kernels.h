@@ -191,7 +191,9 @@ void MapKernelImpl(const Tensor& out, Fn& fn, std::index_sequence<I...>, TensorR
   const std::tuple<const InTs*...> in{ins.template data<InTs>()...};
   const int64_t n = out.numel();
   WorkMeter meter;  // Note [Stopping a running op]
-  if (((ins.numel() == n && ins.is_contiguous()) && ...)) {
+  // The flat loop needs out packed too: an in-place op writes into a strided view (Note
+  // [Views written in place]) from a packed copy of its old values.
+  if (out.is_contiguous() && ((ins.numel() == n && ins.is_contiguous()) && ...)) {
     if (n <= kWorkPerCheck) {  // never checked: the plain loop, for the many small tensors
       for (int64_t i = 0; i < n; ++i) o[i] = fn(std::get<I>(in)[i]...);
       return;

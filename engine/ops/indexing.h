@@ -45,6 +45,33 @@ Tensor scatter_add(const Tensor& input, int64_t dim, const Tensor& index, const 
 Tensor index_add(const Tensor& input, int64_t dim, const Tensor& index, const Tensor& source,
                  double alpha = 1);
 
+// Note [Indexed writes]
+// index_copy and index_put write whole slices of their input (self for the in-place forms)
+// chosen by int64 indices: index_copy the slices index[j] along dim, index_put the elements (or
+// trailing slices) at the positions its index tensors name together, as self[indices] = values.
+// Both reduce to one write into self seen as [outer, size, inner] along its middle dim (for
+// index_put, the indexed leading dims flattened into one), whose backward gives self the
+// gradient with the written slices zeroed (all of it when accumulating) and the source the
+// written slices of the gradient. As PyTorch: negative indices count from the end; values
+// broadcast to the indexed shape; accumulate (index_put) sums repeated positions. Unlike
+// PyTorch, a position written twice without accumulate is refused (PyTorch leaves which write
+// wins undefined). The in-place forms write no new tensor when self is contiguous (Note
+// [In-place ops]).
+// Errors: StatusError(INVALID_ARGUMENT) naming the op, the argument and the shapes or index.
+
+// torch.index_copy: input with source's slice j written over slice index[j] along dim; index is
+// 0-d or 1-d int64 without repeats, source input's shape with index.numel() along dim.
+Tensor index_copy(const Tensor& input, int64_t dim, const Tensor& index, const Tensor& source);
+Tensor index_copy_(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source);
+
+// torch.index_put (input[indices] = values): indices are one to input.dim() int64 tensors that
+// broadcast together, indexing input's leading dims; values broadcasts to the broadcast index
+// shape followed by input's remaining dims. accumulate adds instead of writing.
+Tensor index_put(const Tensor& input, absl::Span<const Tensor> indices, const Tensor& values,
+                 bool accumulate = false);
+Tensor index_put_(const Tensor& self, absl::Span<const Tensor> indices, const Tensor& values,
+                  bool accumulate = false);
+
 // torch.cumsum: running sums along dim; int64 and bool sum to int64.
 Tensor cumsum(const Tensor& input, int64_t dim);
 

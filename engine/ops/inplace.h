@@ -15,10 +15,13 @@
 //     of that value made before the write (OriginalSelf), as PyTorch's generated code saves
 //     self.clone(); formulas that read the result (relu_, sigmoid_, tanh_) save self after the
 //     write, at its new version.
+//   - when self is a view, rebases its base's history too (CopySlices, Note [Views written in
+//     place] in engine/autograd/variable.h), so gradients through the base and through every
+//     view of it see the write.
 // As in PyTorch, with grad mode on an in-place op refuses a leaf that requires grad (its .grad
-// would no longer be the gradient of the value the graph read) and, until view rebasing
-// (CopySlices) exists, a view that requires grad or would come to require grad: the base's
-// history could not see the write. Under no_grad both are allowed and only the data changes.
+// would no longer be the gradient of the value the graph read), a view of one, and a view whose
+// base autograd does not track (made under no_grad) when the op records. Under no_grad all are
+// allowed and only the data changes.
 // A self whose elements overlap (expand's stride 0) is refused, as PyTorch refuses it.
 //
 // Errors: StatusError(INVALID_ARGUMENT) naming the op and the reason.
@@ -34,8 +37,8 @@
 namespace gradserve::ops {
 
 // The checks before op writes into self: defined, writable under the grad mode (not a leaf
-// that requires grad, not a view that would need rebasing when any of self and others requires
-// grad), and no two elements of self at one address.
+// that requires grad nor a view of one, not an untracked view when any of self and others
+// requires grad), and no two elements of self at one address.
 void CheckInPlace(const char* op, const Tensor& self, autograd::TensorRefs others);
 
 // The checks of the result op computed before writing it into self: its shape and dtype are
@@ -49,6 +52,11 @@ void CheckInPlaceResult(const char* op, const Tensor& self, absl::Span<const int
 // operand that shares self's elements, so that its backward sees the values from before the
 // write.
 Tensor OriginalSelf(const Tensor& t, bool copy);
+
+// Marks `view`, which a view op made over input's elements, a view (TensorImpl::is_view) and,
+// under grad mode, makes autograd track its base (Note [Views written in place]). Call after
+// the op recorded the view's history (RecordIfNeeded treats a view as an in-place op's self).
+void MarkView(Tensor& view, const Tensor& input);
 
 // Whether t's elements share memory with self's (the same storage).
 inline bool SharesElements(const Tensor& t, const Tensor& self) {

@@ -224,6 +224,43 @@ void RegisterIndexing(OpRegistry& registry) {
              kFloating, [](const TensorList& in, const Attrs& a) -> TensorList {
                return {index_add(in[0], a.GetInt("dim"), in[1], in[2], a.GetFloat("alpha", 1))};
              }));
+  // Note [Indexed writes] in indexing.h.
+  auto index_copy_schema = [&](const char* name, bool in_place) {
+    OpSchema schema =
+        Schema(name,
+               in_place ? "self's slices index[j] along dim = source's slice j, in place"
+                        : "input with source's slice j written over slice index[j] along dim",
+               {in_place ? "self" : "input", "index", "source"}, {dim}, kFloating,
+               [in_place](const TensorList& in, const Attrs& a) -> TensorList {
+                 return {in_place ? index_copy_(in[0], a.GetInt("dim"), in[1], in[2])
+                                  : index_copy(in[0], a.GetInt("dim"), in[1], in[2])};
+               });
+    schema.in_place = in_place;
+    registry.Add(std::move(schema));
+  };
+  index_copy_schema("index_copy", false);
+  index_copy_schema("index_copy_", true);
+  auto index_put_schema = [&](const char* name, bool in_place) {
+    OpSchema schema = Schema(
+        name,
+        in_place ? "self[indices0, indices1, ...] = values (accumulate: +=), in place"
+                 : "input with input[indices0, indices1, ...] = values (accumulate: +=)",
+        {in_place ? "self" : "input", "values", "indices0", "indices1", "indices2", "indices3"},
+        {{"accumulate", AttrType::kBool, false, "add values instead of writing; default false"}},
+        kFloating,
+        [in_place](const TensorList& in, const Attrs& a) -> TensorList {
+          TensorList indices;
+          for (size_t i = 2; i < in.size() && in[i].defined(); ++i) indices.push_back(in[i]);
+          const bool accumulate = a.GetBool("accumulate", false);
+          return {in_place ? index_put_(in[0], indices, in[1], accumulate)
+                           : index_put(in[0], indices, in[1], accumulate)};
+        },
+        /*optional_inputs=*/3);
+    schema.in_place = in_place;
+    registry.Add(std::move(schema));
+  };
+  index_put_schema("index_put", false);
+  index_put_schema("index_put_", true);
   registry.Add(Schema("cumsum", "running sums along dim; int64 and bool sum to int64", {"input"},
                       {{"dim", AttrType::kInt, true, "the dim to sum along"}}, kAll,
                       [](const TensorList& in, const Attrs& a) -> TensorList {

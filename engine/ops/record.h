@@ -29,12 +29,19 @@ inline bool ShouldRecordAny(TensorRefs inputs) { return autograd::ShouldRecord(i
 // it, so the caller can then save what its backward needs (an output is saved after this call,
 // with SavedVariable(out, /*is_output=*/true), or the node would own its own output).
 // Otherwise returns null and calls nothing, so forward-only calls save nothing.
+// After an in-place op recorded its Node `fn` as the grad_fn of `view`, a tracked view that it
+// wrote: makes its base's grad_fn a CopySlices over fn and the view's a view-replay Node
+// (Note [Views written in place] in engine/autograd/variable.h). In inplace.cc.
+void RebaseViewHistory(Tensor& view, const std::shared_ptr<autograd::Node>& fn);
+
 template <typename Inputs, typename MakeFn>
 auto RecordIfNeeded(Tensor& out, const Inputs& inputs, MakeFn&& make) -> decltype(make()) {
   if (!autograd::ShouldRecord(inputs)) return nullptr;
   auto node = make();
   node->set_next_edges(autograd::CollectNextEdges(inputs));
   autograd::SetHistory(out, node);
+  if (out.is_view()) [[unlikely]]
+    RebaseViewHistory(out, node);
   return node;
 }
 template <typename MakeFn>

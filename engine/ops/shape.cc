@@ -13,6 +13,7 @@
 #include "engine/kernels/basic_kernels.h"
 #include "engine/ops/broadcast.h"
 #include "engine/ops/elementwise.h"
+#include "engine/ops/inplace.h"
 #include "engine/ops/record.h"
 #include "engine/ops/shape_common.h"
 #include "engine/ops/shape_kernels.h"
@@ -339,8 +340,8 @@ class ScatterAddBackward final : public Node {
 // ---------------------------------------------------------------------------------------------
 // Index checks shared by each pair.
 
-// Checks index_select / index_add arguments against a tensor of `shape`; returns the wrapped
-// dim. `source_arg` names the tensor of `shape` in messages.
+}  // namespace
+
 int64_t CheckIndexSelectArgs(const char* op, const char* source_arg,
                              absl::Span<const int64_t> shape, int64_t dim, const Tensor& index,
                              std::optional<int64_t> skip) {
@@ -354,6 +355,8 @@ int64_t CheckIndexSelectArgs(const char* op, const char* source_arg,
       absl::StrCat("dimension ", dim, " of ", source_arg, " with shape ", ShapeToString(shape)));
   return dim;
 }
+
+namespace {
 
 // The shape IndexSelectKernel makes.
 Shape IndexSelectShape(absl::Span<const int64_t> input_shape, int64_t dim, const Tensor& index) {
@@ -536,15 +539,16 @@ Tensor reshape(const Tensor& input, absl::Span<const int64_t> shape) {
   GS_CHECK_ARG(input.defined(), "reshape: input is missing");
   const Shape new_shape = InferReshape(input, shape);
   Tensor out;
-  if (auto strides = ViewStrides(input.shape(), input.strides(), new_shape)) {
+  const auto strides = ViewStrides(input.shape(), input.strides(), new_shape);
+  if (strides.has_value()) {
     out = input.AsStrided(new_shape, *strides, input.storage_offset());
-    out.impl()->is_view = true;
   } else {
     const Tensor packed = input.Clone();
     out = packed.AsStrided(new_shape, ContiguousStrides(new_shape), packed.storage_offset());
   }
   RecordIfNeeded(out, {input},
                  [&] { return MakeNode<ReshapeToInputBackward>("ViewBackward0", input.shape()); });
+  if (strides.has_value()) MarkView(out, input);
   return out;
 }
 
@@ -559,8 +563,8 @@ Tensor transpose(const Tensor& input, int64_t dim0, int64_t dim1) {
     std::swap(strides[dim0], strides[dim1]);
   }
   Tensor out = input.AsStrided(shape, strides, input.storage_offset());
-  out.impl()->is_view = true;
   RecordIfNeeded(out, {input}, [&] { return MakeNode<TransposeBackward>(dim0, dim1); });
+  MarkView(out, input);
   return out;
 }
 
@@ -581,8 +585,8 @@ Tensor permute(const Tensor& input, absl::Span<const int64_t> dims) {
     strides[i] = input.strides()[d];
   }
   Tensor out = input.AsStrided(shape, strides, input.storage_offset());
-  out.impl()->is_view = true;
   RecordIfNeeded(out, {input}, [&] { return MakeNode<PermuteBackward>(std::move(inverse)); });
+  MarkView(out, input);
   return out;
 }
 
@@ -619,8 +623,8 @@ Tensor expand(const Tensor& input, absl::Span<const int64_t> size) {
   }
   ValueOrThrow(CheckedNumel(shape));
   Tensor out = input.AsStrided(shape, strides, input.storage_offset());
-  out.impl()->is_view = true;
   RecordIfNeeded(out, {input}, [&] { return MakeNode<ExpandBackward>(input.shape()); });
+  MarkView(out, input);
   return out;
 }
 
@@ -637,11 +641,11 @@ Tensor squeeze(const Tensor& input, std::optional<int64_t> dim) {
     strides.push_back(input.strides()[d]);
   }
   Tensor out = input.AsStrided(shape, strides, input.storage_offset());
-  out.impl()->is_view = true;
   RecordIfNeeded(out, {input}, [&] {
     return MakeNode<ReshapeToInputBackward>(
         dim.has_value() ? "SqueezeBackward1" : "SqueezeBackward0", input.shape());
   });
+  MarkView(out, input);
   return out;
 }
 
@@ -652,8 +656,8 @@ Tensor unsqueeze(const Tensor& input, int64_t dim) {
   Strides strides = input.strides();
   strides.insert(strides.begin() + dim, stride);
   Tensor out = input.AsStrided(ShapeWith(input.shape(), dim, 1), strides, input.storage_offset());
-  out.impl()->is_view = true;
   RecordIfNeeded(out, {input}, [&] { return MakeNode<UnsqueezeBackward>(dim); });
+  MarkView(out, input);
   return out;
 }
 
@@ -764,10 +768,10 @@ Tensor narrow(const Tensor& input, int64_t dim, int64_t start, int64_t length) {
                begin, " exceeds dimension ", dim, " of size ", size, " (input shape ",
                ShapeToString(input.shape()), ")");
   Tensor out = NarrowView(input, dim, begin, length);
-  out.impl()->is_view = true;
   RecordIfNeeded(out, {input}, [&] {
     return MakeNode<PadBackward>("SliceBackward0", input.shape(), dim, begin, false);
   });
+  MarkView(out, input);
   return out;
 }
 
@@ -781,10 +785,10 @@ Tensor select(const Tensor& input, int64_t dim, int64_t index) {
                ShapeToString(input.shape()), ")");
   const int64_t at = index < 0 ? index + size : index;
   Tensor out = SelectView(input, dim, at);
-  out.impl()->is_view = true;
   RecordIfNeeded(out, {input}, [&] {
     return MakeNode<PadBackward>("SelectBackward0", input.shape(), dim, at, true);
   });
+  MarkView(out, input);
   return out;
 }
 

@@ -29,6 +29,16 @@ int64_t WrapDimArg(const char* op, const char* arg, int64_t dim, absl::Span<cons
 int64_t WrapInsertDimArg(const char* op, const char* arg, int64_t dim,
                          absl::Span<const int64_t> shape);
 
+// The int64 index [position(0), ..., position(n - 1)] on device, built on
+// the host.
+template <typename Fn>
+Tensor PositionIndex(int64_t n, Device device, Fn&& position) {
+  Tensor index = Tensor::Empty({n}, DType::kInt64);
+  int64_t* p = index.data<int64_t>();
+  for (int64_t k = 0; k < n; ++k) p[k] = position(k);
+  return device == kCPU ? index : index.To(device);
+}
+
 // Requires a defined tensor of the given dtype.
 // (RequireFloating in op_kernels.h checks for a floating dtype.)
 void CheckDTypeArg(const char* op, const char* arg, const Tensor& t, DType dtype);
@@ -43,6 +53,13 @@ void CheckSameDTypeAndDevice(const char* op, const char* arg_a, const Tensor& a,
 // host for the check.
 void CheckIndices(const char* op, const char* arg, const Tensor& index, int64_t bound,
                   std::optional<int64_t> skip, const std::string& what);
+
+// Checks index_select / index_add arguments against a tensor of `shape`: index is 0-d or 1-d
+// int64 within shape[dim] (or equal to skip); returns the wrapped dim. `source_arg` names the
+// tensor of `shape` in messages.
+int64_t CheckIndexSelectArgs(const char* op, const char* source_arg,
+                             absl::Span<const int64_t> shape, int64_t dim, const Tensor& index,
+                             std::optional<int64_t> skip);
 
 // The shape with dimension `dim` removed / inserted with `size`.
 Shape ShapeWithout(absl::Span<const int64_t> shape, int64_t dim);

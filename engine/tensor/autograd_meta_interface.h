@@ -50,6 +50,12 @@ class AutogradMetaInterface {
   virtual Tensor grad() const = 0;
   virtual void set_grad(Tensor grad) = 0;
 
+  // A view whose base was written in place since its grad_fn was set: gives it the grad_fn
+  // that replays the view from its base's current history (Note [Views written in place] in
+  // engine/autograd/variable.h). `self` is the tensor this metadata belongs to. Called by
+  // Tensor's accessors when tracks_view_ and view_version_ differs from self.version().
+  virtual void RefreshViewHistory(const Tensor& self) = 0;
+
   // Note [Hot metadata is plain data]
   // The fields below are read on every recorded op and every Node of a backward pass (is this
   // input recorded? which Node and output made it?). They live here, as plain data that
@@ -64,6 +70,11 @@ class AutogradMetaInterface {
   uint32_t output_nr_ = 0;
   // Leaves only: whether gradients flow into this tensor.
   bool requires_grad_ = false;
+  // A view whose base autograd tracks (Note [Views written in place]): grad_fn_ holds for the
+  // base's history at version view_version_ of the shared elements, and is remade when the
+  // version moves.
+  bool tracks_view_ = false;
+  uint32_t view_version_ = 0;
   std::string name_;
 };
 

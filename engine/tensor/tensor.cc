@@ -171,8 +171,22 @@ Tensor Tensor::AsStrided(absl::Span<const int64_t> new_shape, absl::Span<const i
       Strides(new_strides.begin(), new_strides.end()), dtype(), Numel(new_shape)));
 }
 
+namespace {
+
+// Note [Views written in place]: a view's history is remade before it is read once its elements
+// were written in place since it was set.
+const AutogradMetaInterface* FreshMeta(const Tensor& t) {
+  AutogradMetaInterface* meta = t.autograd_meta();
+  if (meta != nullptr && meta->tracks_view_ && meta->view_version_ != t.version()) [[unlikely]] {
+    meta->RefreshViewHistory(t);
+  }
+  return meta;
+}
+
+}  // namespace
+
 bool Tensor::requires_grad() const {
-  const AutogradMetaInterface* meta = autograd_meta();
+  const AutogradMetaInterface* meta = FreshMeta(*this);
   return meta != nullptr && meta->requires_grad();
 }
 
@@ -186,12 +200,12 @@ void Tensor::set_requires_grad(bool requires_grad) {
 
 const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
   static const std::shared_ptr<autograd::Node> kNone;
-  const AutogradMetaInterface* meta = autograd_meta();
+  const AutogradMetaInterface* meta = FreshMeta(*this);
   return meta != nullptr ? meta->grad_fn() : kNone;
 }
 
 uint32_t Tensor::output_nr() const {
-  const AutogradMetaInterface* meta = autograd_meta();
+  const AutogradMetaInterface* meta = FreshMeta(*this);
   return meta != nullptr ? meta->output_nr() : 0;
 }
 

@@ -13,6 +13,7 @@ absolutely. Thresholds: TOLERANCE by dtype.
 Threading: a DualGraph belongs to one thread.
 """
 
+import contextlib
 import math
 
 import numpy as np
@@ -23,6 +24,23 @@ import server_fixture  # noqa: F401  (puts the client on sys.path)
 from gradserve import GraphBuilder
 
 TOLERANCE = {np.dtype(np.float64): 1e-10, np.dtype(np.float32): 1e-5}
+
+
+@contextlib.contextmanager
+def no_grad_leaks(values, keep=()):
+    """Leaves every leaf's .grad in values (but those of the tensors in keep) as it was.
+    PyTorch 1.13's grad() through a CopySlices (an in-place op on a view), and backward() with
+    inputs, also accumulate into the .grad of the leaves the in-place op's other inputs reach,
+    which neither must do and gradserve does not; a later backward-semantics call would
+    otherwise expect that leak."""
+    leaves = [t for t in values.values()
+              if t.is_leaf and t.requires_grad and not any(t is k for k in keep)]
+    before = [t.grad for t in leaves]
+    try:
+        yield
+    finally:
+        for t, g in zip(leaves, before):
+            t.grad = g
 
 
 def _reduce(fn):
@@ -243,6 +261,12 @@ TORCH_OPS = {
     "zero_": torch.Tensor.zero_,
     "copy_": torch.Tensor.copy_,
     "masked_fill_": lambda x, mask, value: x.masked_fill_(mask, value),
+    "index_copy": lambda x, index, source, dim: torch.index_copy(x, dim, index, source),
+    "index_copy_": lambda x, index, source, dim: x.index_copy_(dim, index, source),
+    "index_put": lambda x, values, *indices, accumulate=False: torch.index_put(
+        x, indices, values, accumulate),
+    "index_put_": lambda x, values, *indices, accumulate=False: x.index_put_(
+        indices, values, accumulate),
 }
 
 
@@ -296,14 +320,19 @@ class DualGraph:
             result = self.evaluate(op, inputs, attrs)
         return self.add(op, inputs, result, name=name, no_grad=no_grad, **attrs)
 
+    def torch_grad(self, *args, **kwargs):
+        """torch.autograd.grad over self.values, without its leak (no_grad_leaks)."""
+        with no_grad_leaks(self.values):
+            return torch.autograd.grad(*args, **kwargs)
+
     def grad_op(self, roots, wrt, grad_outputs, names=None):
         """Records an in-graph grad op (create_graph, allow_unused, materialize_grads) and its
         PyTorch counterpart; returns the names of the gradients, one per wrt."""
         names = names or [self.fresh("g") for _ in wrt]
-        grads = torch.autograd.grad([self.values[r] for r in roots],
-                                    [self.values[w] for w in wrt],
-                                    [self.values[s] for s in grad_outputs],
-                                    create_graph=True, allow_unused=True)
+        grads = self.torch_grad([self.values[r] for r in roots],
+                                [self.values[w] for w in wrt],
+                                [self.values[s] for s in grad_outputs],
+                                create_graph=True, allow_unused=True)
         self.builder.op("grad", roots, out=names, wrt=wrt,
                         grad_outputs=grad_outputs, allow_unused=True, materialize_grads=True)
         for name, w, g in zip(names, wrt, grads):
@@ -321,8 +350,8 @@ class DualGraph:
         tensors = [self.values[r] for r in roots]
         grad_outputs = [torch.from_numpy(np.asarray(seeds[r]).copy()) if r in seeds
                         else torch.ones_like(t) for r, t in zip(roots, tensors)]
-        grads = torch.autograd.grad(tensors, [self.values[i] for i in inputs], grad_outputs,
-                                    retain_graph=True, allow_unused=True)
+        grads = self.torch_grad(tensors, [self.values[i] for i in inputs], grad_outputs,
+                                retain_graph=True, allow_unused=True)
         expected = {}
         for name, g in zip(inputs, grads):
             if g is None and none_as_zero:

@@ -12,6 +12,12 @@ and pow get positive inputs, div a denominator away from zero, clamp bounds that
 equals, layer_norm only well-conditioned groups, and an op whose result is not finite or
 exceeds MAX_ABS is dropped.
 
+In-place ops (add_, mul_, relu_, copy_, masked_fill_, index_put_, ...) write into a fresh
+intermediate (a copy that no earlier op saved, so PyTorch's version checks pass) or into a view
+of it (narrow, select, slice with a step, transpose, permute, reshape, unsqueeze); another view
+of the same copy, made before the write, is kept for later ops, so the graph reads the write
+through the base (CopySlices) and through views whose history is replayed.
+
 Then it adds one or two backward calls: grad semantics over one to three roots with random
 seeds, returning gradients for every grad leaf and some intermediate values (allow_unused),
 and sometimes a backward-semantics call over other roots; in float64, sometimes a second-order
@@ -24,7 +30,7 @@ Everything is drawn from numpy's Generator seeded with `seed`, so a graph is rep
 import numpy as np
 import torch
 
-from dual_graph import DualGraph, to_numpy
+from dual_graph import DualGraph, TORCH_OPS, to_numpy
 
 MAX_ABS = 1e3
 MAX_OPS = 9
@@ -45,7 +51,8 @@ class RandomGraph:
         self.ops_used = []
         self._families = [
             (self.binary, 4), (self.scalar_operand, 1), (self.unary, 4), (self.where, 1),
-            (self.reduction, 2), (self.matmul, 2), (self.shape_op, 4), (self.nn_op, 3)]
+            (self.reduction, 2), (self.matmul, 2), (self.shape_op, 4), (self.nn_op, 3),
+            (self.in_place, 3)]
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -323,6 +330,118 @@ class RandomGraph:
         shape = [int(self.rng.integers(1, d + 1)) for d in s]  # gather
         shape[dim] = int(self.rng.integers(1, 5))
         return self.try_op(op, [x, self.index_leaf(tuple(shape), size)], dim=dim)
+
+    IN_PLACE_OPS = ["add_", "sub_", "mul_", "div_", "relu_", "sigmoid_", "tanh_", "clamp_",
+                    "copy_", "masked_fill_", "fill_", "zero_", "index_put_"]
+
+    def view_of(self, x):
+        """A random view op over x (rank >= 1 for most); returns (op, attrs) or None."""
+        s = self.shape(x)
+        rank = len(s)
+        if rank == 0:
+            return ("unsqueeze", {"dim": 0}) if self.coin(0.5) else None
+        dim = int(self.rng.integers(-rank, rank))
+        size = s[dim]
+        kind = self.choice(["narrow", "select", "slice", "transpose", "permute", "reshape",
+                            "unsqueeze"])
+        if kind == "narrow":
+            length = int(self.rng.integers(1, size + 1))
+            return kind, {"dim": dim, "start": int(self.rng.integers(0, size - length + 1)),
+                          "length": length}
+        if kind == "select":
+            return kind, {"dim": dim, "index": int(self.rng.integers(-size, size))}
+        if kind == "slice":
+            return kind, {"dim": dim, "start": int(self.rng.integers(0, size)),
+                          "step": int(self.rng.integers(1, 3))}
+        if kind == "transpose":
+            return kind, {"dim0": dim, "dim1": int(self.rng.integers(-rank, rank))}
+        if kind == "permute":
+            return kind, {"dims": [int(d) for d in self.rng.permutation(rank)]}
+        if kind == "reshape":
+            return kind, {"shape": self.reshape_target(s)}
+        return kind, {"dim": int(self.rng.integers(-rank - 1, rank + 1))}
+
+    def in_place(self):
+        """An in-place op on a fresh copy of an intermediate or on a view of it."""
+        x = self.pick()
+        if x is None or not self.value(x).requires_grad:
+            return None
+        base = self.try_op("mul", [x], other=1.0)  # saved by nobody: PyTorch's checks pass
+        if base is None:
+            return None
+        target = base
+        if self.coin(0.6):
+            view = self.view_of(base)
+            target = view and self.try_op(view[0], [base], **view[1])
+            if target is None:
+                return None
+            if self.coin(0.5):  # another view of the base, made before the write
+                other = self.view_of(base)
+                if other is not None:
+                    self.try_op(other[0], [base], **other[1])
+        op = self.choice(self.IN_PLACE_OPS)
+        s = self.shape(target)
+        storage = self.value(base).storage().data_ptr()
+
+        def operand(shape):
+            """pick_shaped, but never a tensor sharing the base's elements: PyTorch would save
+            it for the gradient and then refuse the backward once the write changed it."""
+            name = self.pick_shaped(shape)
+            if self.value(name).storage().data_ptr() == storage:
+                name = self.leaf(shape)
+            return name
+
+        inputs, attrs = [target], {}
+        if op in ("add_", "sub_", "mul_", "div_"):
+            if self.coin(0.3):
+                attrs["other"] = float(self.choice([2, -3, 0.5, 1.25]))
+            elif op == "div_":
+                inputs.append(self.leaf(self.partner(s), away=True))
+            else:
+                inputs.append(operand(self.partner(s)))
+        elif op == "clamp_":
+            lo, hi = self.bounds_between_values(to_numpy(self.value(target).detach()))
+            attrs = {"min": float(lo), "max": float(hi)}
+        elif op == "copy_":
+            inputs.append(operand(self.partner(s)))
+        elif op == "masked_fill_":
+            inputs.append(self.g.leaf(self.rng.random(self.partner(s)) < 0.5))
+            attrs["value"] = float(self.choice([0.0, -1.5, 2.0]))
+        elif op == "fill_":
+            attrs["value"] = float(self.choice([0.0, 0.5, -2.0]))
+        elif op == "index_put_":
+            if not s:
+                return None
+            k = int(self.rng.integers(1, min(len(s), 4) + 1))  # the op takes up to four
+            n = int(self.rng.integers(1, 4))
+            # Distinct positions: without accumulate a repeated one is refused (and undefined
+            # in PyTorch).
+            flat = self.rng.choice(int(np.prod(s[:k])), size=min(n, int(np.prod(s[:k]))),
+                                   replace=False)
+            positions = np.unravel_index(flat, s[:k])
+            accumulate = self.coin(0.3)
+            if accumulate and self.coin(0.5):
+                positions = tuple(np.concatenate([p, p[:1]]) for p in positions)
+            values_shape = (len(positions[0]),) + s[k:]
+            inputs.append(operand(values_shape if self.coin(0.7) else values_shape[1:]))
+            inputs += [self.g.leaf(p.astype(np.int64)) for p in positions]
+            if accumulate:
+                attrs["accumulate"] = True
+        if self.allowed is not None and op not in self.allowed:
+            return None
+        # gradserve refuses an in-place result of another dtype where PyTorch converts it
+        # (Note [In-place ops]): operands of another float dtype are not drawn.
+        if any(self.value(i).is_floating_point() and self.value(i).dtype != self.value(target).dtype
+               for i in inputs[1:]):
+            return None
+        # The value check of try_op, on copies first: a write PyTorch made could not be undone.
+        try:
+            trial = TORCH_OPS[op](*[self.value(i).detach().clone() for i in inputs], **attrs)
+        except (RuntimeError, IndexError, ValueError):
+            return None
+        if not torch.isfinite(trial).all() or (trial.numel() and trial.abs().max() > MAX_ABS):
+            return None
+        return self.try_op(op, inputs, **attrs)
 
     def reshape_target(self, s):
         numel = int(np.prod(s, dtype=np.int64))

@@ -54,7 +54,7 @@ Threading: a ShadowGraph belongs to one thread.
 import numpy as np
 import torch
 
-from dual_graph import TORCH_OPS, DualGraph, to_numpy
+from dual_graph import TORCH_OPS, DualGraph, no_grad_leaks, to_numpy
 
 FLOOR = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-10}
 SLACK = 4.0
@@ -149,9 +149,11 @@ class ShadowGraph(DualGraph):
     def grad_op(self, roots, wrt, grad_outputs, names=None):
         names = DualGraph.grad_op(self, roots, wrt, grad_outputs, names)
         for values in (self.values,) + tuple(v for v, _ in self._twins()):
-            grads = torch.autograd.grad([values[r] for r in roots], [values[w] for w in wrt],
-                                        [values[s] for s in grad_outputs],
-                                        create_graph=True, allow_unused=True)
+            with no_grad_leaks(values):
+                grads = torch.autograd.grad([values[r] for r in roots],
+                                            [values[w] for w in wrt],
+                                            [values[s] for s in grad_outputs],
+                                            create_graph=True, allow_unused=True)
             for name, w, g in zip(names, wrt, grads):
                 g = self._hooked(values, w, g)
                 values[name] = torch.zeros_like(values[w]) if g is None else g
@@ -206,9 +208,11 @@ class ShadowGraph(DualGraph):
         seeds = seeds or {}
         expected = {}
         for values, calls in ((self.values, self.calls),) + self._twins():
-            grads = torch.autograd.grad([values[r] for r in roots], [values[i] for i in inputs],
-                                        self._seeds(values, roots, seeds), retain_graph=True,
-                                        allow_unused=True, create_graph=create_graph)
+            with no_grad_leaks(values):
+                grads = torch.autograd.grad([values[r] for r in roots],
+                                            [values[i] for i in inputs],
+                                            self._seeds(values, roots, seeds), retain_graph=True,
+                                            allow_unused=True, create_graph=create_graph)
             expected = {}
             for name, g in zip(inputs, grads):
                 # Note [Hooks and captured gradients]: gradserve's engine captures a value's
@@ -229,9 +233,11 @@ class ShadowGraph(DualGraph):
         which may be non-leaves (PyTorch's backward(inputs=...) retains their grad)."""
         seeds = seeds or {}
         for values, calls in ((self.values, self.calls),) + self._twins():
-            torch.autograd.backward([values[r] for r in roots], self._seeds(values, roots, seeds),
-                                    retain_graph=True,
-                                    inputs=[values[i] for i in inputs] or None)
+            keep = [values[i] for i in inputs] or list(values.values())
+            with no_grad_leaks(values, keep):
+                torch.autograd.backward([values[r] for r in roots],
+                                        self._seeds(values, roots, seeds), retain_graph=True,
+                                        inputs=[values[i] for i in inputs] or None)
             # Every leaf of the graph that requires grad (not values PyTorch's `to` returned
             # as they were, which are the same tensors as leaves).
             names = list(inputs) or [n for n in self.leaf_names if values[n].requires_grad]

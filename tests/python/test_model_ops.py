@@ -154,6 +154,13 @@ class ModelOpsTest(ServerTestCase):
         self.check("index_add", [self.rand(4, 3, seed=24), np.array([3, 0, 3]),
                                  self.rand(3, 3, seed=25)], {"dim": 0, "alpha": 0.5},
                    double=False)
+        # Note [Indexed writes]: index_copy and index_put (linear: no second derivative).
+        self.check("index_copy", [self.rand(4, 3, seed=26), np.array([3, 0]),
+                                  self.rand(2, 3, seed=27)], {"dim": 0}, double=False)
+        self.check("index_put", [self.rand(4, 3, 2, seed=28), self.rand(2, seed=29),
+                                 np.array([[3], [-4]]), np.array([0, 2])], double=False)
+        self.check("index_put", [self.rand(4, 3, seed=30), self.rand(3, 3, seed=31),
+                                 np.array([1, 3, 1])], {"accumulate": True}, double=False)
 
     def test_layers(self):
         x = self.rand(2, 3, 5, 4, seed=30, low=-2, high=2)
@@ -195,6 +202,7 @@ class ModelOpsTest(ServerTestCase):
         for op in ["erf", "silu", "leaky_relu", "elu", "maximum", "minimum", "masked_fill",
                    "tril", "triu", "logsumexp", "var", "std", "amin", "max", "min", "linear",
                    "bmm", "baddbmm", "flip", "roll", "slice", "scatter_add", "index_add",
+                   "index_copy", "index_copy_", "index_put", "index_put_",
                    "cumsum", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "batch_norm",
                    "group_norm", "dropout", "scaled_dot_product_attention"]:
             self.assertIn(op, names)

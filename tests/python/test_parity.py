@@ -299,6 +299,108 @@ class HandWrittenParityTest(ServerTestCase):
                 g.grad_call([loss], [x, w, h])
                 self.run_dual(g, {c: g.values[c].detach().numpy(), h: g.values[h].detach().numpy()})
 
+    def test_in_place_on_views(self):
+        """Writes into views as PyTorch runs them (CopySlices): slice assignment into a buffer
+        that requires no grad, a write into a transposed view of an intermediate read through
+        its base and through another view made before the write, and index_put_."""
+        for dtype in (np.float32, np.float64):
+            with self.subTest(dtype=np.dtype(dtype).name):
+                g = DualGraph()
+                x = leaf(g, (3, 4), 50, dtype)
+                y = leaf(g, (3,), 51, dtype)
+                w = leaf(g, (4,), 52, dtype)
+                buf = leaf(g, (3, 4), 53, dtype, requires_grad=False)
+                buf_h = g.op("mul", [buf], other=0.0)  # a buffer: buf_h[:, 0] = y
+                g.op("copy_", [g.op("select", [buf_h], dim=1, index=0), y])
+                g.op("copy_", [g.op("narrow", [buf_h], dim=1, start=1, length=3),
+                               g.op("narrow", [g.op("tanh", [x])], dim=1, start=1, length=3)])
+                h = g.op("mul", [x], other=1.5)
+                col = g.op("select", [h], dim=1, index=2)  # made before the write
+                t = g.op("narrow", [g.op("transpose", [h], dim0=0, dim1=1)], dim=0, start=1,
+                         length=2)
+                g.op("mul_", [t, g.op("narrow", [w], dim=0, start=0, length=3)])
+                g.op("sigmoid_", [t])
+                rows = g.leaf(np.array([2, 0]))
+                g.op("index_put_", [buf_h, g.op("mul", [w], other=2.0), rows])
+                loss = g.op("sum", [g.op("mul", [g.op("add", [h, buf_h]), buf_h])])
+                loss2 = g.op("sum", [g.op("exp", [col])])
+                g.grad_call([loss, loss2], [x, y, w, h], retain_graph=True)
+                self.run_dual(g, {h: g.values[h].detach().numpy(),
+                                  buf_h: g.values[buf_h].detach().numpy()})
+
+    def test_pytorch_in_place_view_cases(self):
+        """PyTorch's test_autograd.py cases of in-place ops on views (test_inplace_on_view_*),
+        as requests: clone is mul by 1, view_as is reshape, x[0][0] = 3 is fill_ of a select
+        of a select; PyTorch computes each expected gradient from the same graph."""
+        def clone(g, x):
+            return g.op("mul", [x], other=1.0)
+
+        cases = {}
+
+        def backward_of_a_narrow(g):  # test_inplace_on_view_backward
+            root = leaf(g, (1, 2), 60)
+            x = clone(g, root)
+            g.op("mul_", [g.op("narrow", [x], dim=1, start=0, length=1)], other=2.0)
+            return g.op("sum", [x]), [root]
+        cases["backward"] = backward_of_a_narrow
+
+        def view_of_view(g):  # test_inplace_on_view_of_view
+            root = leaf(g, (2, 2), 61)
+            x = clone(g, root)
+            v1 = g.op("narrow", [x], dim=0, start=0, length=1)
+            g.op("mul_", [g.op("narrow", [v1], dim=1, start=1, length=1)], other=2.0)
+            return g.op("sum", [x]), [root]
+        cases["of_view"] = view_of_view
+
+        def then_no_grad(g):  # test_inplace_on_view_then_no_grad
+            a = g.leaf(np.ones((3, 1)), True)
+            b = g.op("mul", [a], other=2.0)
+            c = g.op("reshape", [b], shape=[3, 1])
+            row = g.op("select", [c], dim=0, index=0)
+            g.op("fill_", [g.op("select", [row], dim=0, index=0)], value=3.0)
+            return g.op("sum", [c]), [a]
+        cases["then_no_grad"] = then_no_grad
+
+        def gradcheck_func(g):  # test_inplace_on_view_gradcheck's func
+            root = leaf(g, (4, 4), 62)
+            b = leaf(g, (2, 2), 63)
+            x = clone(g, root)
+            for start in (2, 0):
+                block = g.op("narrow", [g.op("narrow", [x], dim=1, start=start, length=2)],
+                             dim=0, start=1, length=2)
+                g.op("mul_", [block, b])
+            return g.op("sum", [g.op("mul", [x, x])]), [root, b]
+        cases["gradcheck"] = gradcheck_func
+
+        def makes_base_require_grad(g):  # test_inplace_on_view_makes_base_require_grad
+            a = leaf(g, (4, 4), 64, requires_grad=False)
+            b = leaf(g, (4, 2), 65)
+            x = clone(g, a)
+            g.op("add_", [g.op("narrow", [x], dim=1, start=2, length=2), b])
+            return g.op("sum", [g.op("mul", [x, x])]), [b]
+        cases["makes_base_require_grad"] = makes_base_require_grad
+
+        for name, build in cases.items():
+            with self.subTest(case=name):
+                g = DualGraph()
+                loss, wrt = build(g)
+                g.grad_call([loss], wrt)
+                self.run_dual(g)
+
+        # test_inplace_on_view_leaf_errors: a view of a leaf that requires grad.
+        g = DualGraph()
+        x = leaf(g, (1,), 66)
+        y = g.op("reshape", [x], shape=[1])
+        with self.assertRaisesRegex(RuntimeError, "a view of a leaf Variable"):
+            g.values[y].add_(1)
+        g.builder.op("add_", [y], out=[], other=1.0)
+        g.builder.op("sum", [y], out="loss")
+        g.builder.backward_call(["loss"], {}, [x])
+        with self.assertRaises(GradserveError) as cm:
+            self.client.grad(g.builder)
+        self.assertEqual(cm.exception.code.name, "INVALID_ARGUMENT")
+        self.assertIn("a view of a leaf Variable that requires grad", cm.exception.message)
+
     def test_in_place_write_of_a_saved_value_fails_as_in_pytorch(self):
         g = DualGraph()
         x = leaf(g, (3,), 43)
