@@ -56,6 +56,8 @@ const char* RpcName(Rpc rpc) {
       return "Forward";
     case Rpc::kBackward:
       return "Backward";
+    case Rpc::kExtend:
+      return "Extend";
   }
   return "";
 }

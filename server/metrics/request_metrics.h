@@ -28,8 +28,8 @@
 namespace gradserve::server::metrics {
 
 // The grad rpcs, as the service names them (the rpc label).
-enum class Rpc { kComputeGradients, kComputeGradientsStream, kForward, kBackward };
-inline constexpr int kRpcs = 4;
+enum class Rpc { kComputeGradients, kComputeGradientsStream, kForward, kBackward, kExtend };
+inline constexpr int kRpcs = 5;
 const char* RpcName(Rpc rpc);
 
 // Why a grad call was refused before it was admitted (the reason label).

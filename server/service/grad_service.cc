@@ -44,6 +44,8 @@ const char* LogName(metrics::Rpc rpc) {
       return "forward";
     case metrics::Rpc::kBackward:
       return "backward";
+    case metrics::Rpc::kExtend:
+      return "extend";
   }
   return "";
 }

@@ -72,8 +72,9 @@ class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeG
                                       v1::GradService::WithCallbackMethod_Ping<
                                           v1::GradService::WithCallbackMethod_Forward<
                                               v1::GradService::WithCallbackMethod_Backward<
-                                                  v1::GradService::WithCallbackMethod_Release<
-                                                      v1::GradService::Service>>>>>>> {
+                                                  v1::GradService::WithCallbackMethod_Extend<
+                                                      v1::GradService::WithCallbackMethod_Release<
+                                                          v1::GradService::Service>>>>>>>> {
  public:
   // auth: the token file's processor (Note [Who may call]), or null: one implicit tenant.
   explicit GradService(ServerOptions options, std::shared_ptr<TokenAuth> auth = nullptr);
@@ -92,13 +93,17 @@ class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeG
                                  v1::PingResponse* response) override;
 
   // Graph sessions (Note [Graph sessions] in server/session/session_store.h), in
-  // session_calls.cc. Forward and Backward are grad calls: admitted, run on the pool, logged.
+  // session_calls.cc. Forward, Backward and Extend are grad calls: admitted, run on the pool,
+  // logged.
   grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
                                     const v1::ForwardRequest* request,
                                     v1::ForwardResponse* response) override;
   grpc::ServerUnaryReactor* Backward(grpc::CallbackServerContext* context,
                                      const v1::BackwardRequest* request,
                                      v1::BackwardResponse* response) override;
+  grpc::ServerUnaryReactor* Extend(grpc::CallbackServerContext* context,
+                                   const v1::ExtendRequest* request,
+                                   v1::ExtendResponse* response) override;
   grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* context,
                                     const v1::ReleaseRequest* request,
                                     v1::ReleaseResponse* response) override;
@@ -175,8 +180,8 @@ class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeG
   // A Forward or Backward call's tenant, admitted; or its refusal, already counted and logged
   // (Reject).
   absl::StatusOr<Tenant*> AdmitSessionCall(const grpc::CallbackServerContext* context,
-                                           const std::string& request_id,
-                                           const std::string& trace, metrics::Rpc rpc);
+                                           const std::string& request_id, const std::string& trace,
+                                           metrics::Rpc rpc);
   // Counts and logs a call refused at admission (through refusal_log_).
   void Reject(const std::string& request_id, absl::string_view trace, metrics::Rpc rpc,
               const Tenant* tenant, const absl::Status& status, metrics::RejectReason reason);
