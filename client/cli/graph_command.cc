@@ -43,18 +43,6 @@ ABSL_FLAG(std::string, dot_binary, "dot", "Graphviz's dot, for svg and png.");
 namespace gradserve::cli {
 namespace {
 
-absl::StatusOr<std::string> ReadAll(const std::string& path) {
-  std::stringstream buffer;
-  if (path == "-") {
-    buffer << std::cin.rdbuf();
-  } else {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-    buffer << in.rdbuf();
-  }
-  return buffer.str();
-}
-
 // A DOT string literal.
 std::string Quote(const std::string& s) {
   std::string out = "\"";
@@ -71,11 +59,16 @@ std::string Quote(const std::string& s) {
 
 const char* DTypeName(v1::DType d) {
   switch (d) {
-    case v1::DTYPE_FLOAT32: return "float32";
-    case v1::DTYPE_FLOAT64: return "float64";
-    case v1::DTYPE_INT64: return "int64";
-    case v1::DTYPE_BOOL: return "bool";
-    default: return "?";
+    case v1::DTYPE_FLOAT32:
+      return "float32";
+    case v1::DTYPE_FLOAT64:
+      return "float64";
+    case v1::DTYPE_INT64:
+      return "int64";
+    case v1::DTYPE_BOOL:
+      return "bool";
+    default:
+      return "?";
   }
 }
 
@@ -137,8 +130,8 @@ std::string Dot(const v1::GradRequest& request, const client::GradResult* result
   for (int c = 0; c < request.calls_size(); ++c) {
     const v1::BackwardCall& call = request.calls(c);
     const std::string id = absl::StrCat("call", c);
-    std::string label = absl::StrCat("call #", c, "\n",
-                                     call.accumulate_grad() ? "backward" : "grad");
+    std::string label =
+        absl::StrCat("call #", c, "\n", call.accumulate_grad() ? "backward" : "grad");
     if (call.create_graph()) absl::StrAppend(&label, "\ncreate_graph");
     dot << "  " << id << " [shape=diamond, label=" << Quote(label);
     if (c == highlight.call) dot << ", style=filled, fillcolor=\"#f8d7da\", color=red, penwidth=2";
@@ -166,7 +159,8 @@ std::string Dot(const v1::GradRequest& request, const client::GradResult* result
       }
       auto it = producer.find(input);
       dot << "  " << id << " -> " << (it == producer.end() ? Quote(input) : it->second)
-          << " [style=dashed, constraint=false, color=\"#0d6efd\", label=" << Quote(edge_label) << "];\n";
+          << " [style=dashed, constraint=false, color=\"#0d6efd\", label=" << Quote(edge_label)
+          << "];\n";
     }
   }
   if (!highlight.message.empty()) {
@@ -187,14 +181,8 @@ int RunGraph(const std::vector<std::string>& args) {
     std::fprintf(stderr, "gradserve graph: --format=%s: use svg, png or dot\n", format.c_str());
     return kExitUsage;
   }
-  absl::StatusOr<std::string> json = ReadAll(args[0]);
-  if (!json.ok()) return ReportError("graph", json.status());
   v1::GradRequest request;
-  if (auto s = google::protobuf::util::JsonStringToMessage(*json, &request); !s.ok()) {
-    std::fprintf(stderr, "gradserve graph: %s is not a GradRequest in protobuf JSON: %s\n",
-                 args[0].c_str(), s.ToString().c_str());
-    return kExitUsage;
-  }
+  if (int code = ReadRequestFile("graph", args[0], &request); code != kExitOk) return code;
 
   std::optional<client::GradResult> result;
   Highlight highlight;
