@@ -177,11 +177,23 @@ class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeG
   void Release(const std::string& request_id, absl::string_view trace, metrics::Rpc rpc,
                Tenant* tenant, const absl::Status& status, absl::Time received, int64_t nodes,
                int64_t bytes_in, int64_t bytes_out, const v1::Timings* timings = nullptr);
-  // A Forward or Backward call's tenant, admitted; or its refusal, already counted and logged
-  // (Reject).
+  // A session call's tenant, admitted; or its refusal, already counted and logged (Reject).
   absl::StatusOr<Tenant*> AdmitSessionCall(const grpc::CallbackServerContext* context,
                                            const std::string& request_id, const std::string& trace,
                                            metrics::Rpc rpc);
+  // A session call's work on an engine worker: fills the call's response and *nodes (the
+  // Nodes it recorded, for the log) and returns the call's status.
+  using SessionWork = std::function<absl::Status(
+      Tenant* tenant, const std::shared_ptr<autograd::CancellationToken>& cancel,
+      absl::Time received, int64_t bytes_in, int64_t* nodes)>;
+  // Forward, Backward and Extend (session_calls.cc): admits the call as rpc, runs work on the
+  // worker pool, then ends the call's accounting (Release) with request's and response's
+  // sizes. request, request_id and response are the call's, alive until it finishes.
+  grpc::ServerUnaryReactor* StartSessionCall(grpc::CallbackServerContext* context,
+                                             const google::protobuf::Message& request,
+                                             const std::string& request_id,
+                                             const google::protobuf::Message& response,
+                                             metrics::Rpc rpc, SessionWork work);
   // Counts and logs a call refused at admission (through refusal_log_).
   void Reject(const std::string& request_id, absl::string_view trace, metrics::Rpc rpc,
               const Tenant* tenant, const absl::Status& status, metrics::RejectReason reason);

@@ -98,20 +98,38 @@ absl::StatusOr<Tenant*> GradService::AdmitSessionCall(const grpc::CallbackServer
   return tenant;
 }
 
-grpc::ServerUnaryReactor* GradService::Forward(grpc::CallbackServerContext* context,
-                                               const v1::ForwardRequest* request,
-                                               v1::ForwardResponse* response) {
+grpc::ServerUnaryReactor* GradService::StartSessionCall(grpc::CallbackServerContext* context,
+                                                        const google::protobuf::Message& request,
+                                                        const std::string& request_id,
+                                                        const google::protobuf::Message& response,
+                                                        metrics::Rpc rpc, SessionWork work) {
   const absl::Time received = absl::Now();
   TraceId trace = TraceIdOf(*context);
   EchoTraceId(trace, context);  // Note [Trace ids]
-  absl::StatusOr<Tenant*> tenant =
-      AdmitSessionCall(context, request->request_id(), trace.value, metrics::Rpc::kForward);
+  absl::StatusOr<Tenant*> tenant = AdmitSessionCall(context, request_id, trace.value, rpc);
   if (!tenant.ok()) return FinishNow(context, ToGrpcStatus(tenant.status()));
   return new SessionReactor(
       this, context,
-      [this, tenant = *tenant, request, response, received,
-       trace = std::move(trace.value)](const std::shared_ptr<autograd::CancellationToken>& cancel) {
-        const int64_t bytes_in = static_cast<int64_t>(request->ByteSizeLong());
+      [this, tenant = *tenant, &request, &request_id, &response, rpc, received,
+       trace = std::move(trace.value),
+       work = std::move(work)](const std::shared_ptr<autograd::CancellationToken>& cancel) {
+        const int64_t bytes_in = static_cast<int64_t>(request.ByteSizeLong());
+        int64_t nodes = 0;
+        const absl::Status status = work(tenant, cancel, received, bytes_in, &nodes);
+        Release(request_id, trace, rpc, tenant, status, received, nodes, bytes_in,
+                status.ok() ? static_cast<int64_t>(response.ByteSizeLong()) : 0);
+        return status;
+      });
+}
+
+grpc::ServerUnaryReactor* GradService::Forward(grpc::CallbackServerContext* context,
+                                               const v1::ForwardRequest* request,
+                                               v1::ForwardResponse* response) {
+  return StartSessionCall(
+      context, *request, request->request_id(), *response, metrics::Rpc::kForward,
+      [this, request, response](Tenant* tenant,
+                                const std::shared_ptr<autograd::CancellationToken>& cancel,
+                                absl::Time received, int64_t bytes_in, int64_t* nodes) {
         v1::GradResponse out;
         absl::Status status;
         {
@@ -138,15 +156,12 @@ grpc::ServerUnaryReactor* GradService::Forward(grpc::CallbackServerContext* cont
             }
           }
         }
-        if (status.ok()) {
-          response->set_request_id(request->request_id());
-          response->mutable_values()->Swap(out.mutable_values());
-          response->set_num_nodes(out.num_nodes());
-          *response->mutable_timings() = out.timings();
-        }
-        Release(request->request_id(), trace, metrics::Rpc::kForward, tenant, status, received,
-                out.num_nodes(), bytes_in,
-                status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0);
+        *nodes = out.num_nodes();
+        if (!status.ok()) return status;
+        response->set_request_id(request->request_id());
+        response->mutable_values()->Swap(out.mutable_values());
+        response->set_num_nodes(out.num_nodes());
+        *response->mutable_timings() = out.timings();
         return status;
       });
 }
@@ -154,34 +169,25 @@ grpc::ServerUnaryReactor* GradService::Forward(grpc::CallbackServerContext* cont
 grpc::ServerUnaryReactor* GradService::Backward(grpc::CallbackServerContext* context,
                                                 const v1::BackwardRequest* request,
                                                 v1::BackwardResponse* response) {
-  const absl::Time received = absl::Now();
-  TraceId trace = TraceIdOf(*context);
-  EchoTraceId(trace, context);  // Note [Trace ids]
-  absl::StatusOr<Tenant*> tenant =
-      AdmitSessionCall(context, request->request_id(), trace.value, metrics::Rpc::kBackward);
-  if (!tenant.ok()) return FinishNow(context, ToGrpcStatus(tenant.status()));
-  return new SessionReactor(
-      this, context,
-      [this, tenant = *tenant, request, response, received,
-       trace = std::move(trace.value)](const std::shared_ptr<autograd::CancellationToken>& cancel) {
-        const int64_t bytes_in = static_cast<int64_t>(request->ByteSizeLong());
-        v1::GradResponse out;
+  return StartSessionCall(
+      context, *request, request->request_id(), *response, metrics::Rpc::kBackward,
+      [this, request, response](Tenant* tenant,
+                                const std::shared_ptr<autograd::CancellationToken>& cancel,
+                                absl::Time received, int64_t /*bytes_in*/, int64_t* /*nodes*/) {
         v1::GradRequest grad;  // the calls alone
         grad.set_request_id(request->request_id());
         *grad.mutable_calls() = request->calls();
+        v1::GradResponse out;
         RequestRunner runner;
         const absl::Status status =
             OnSession(*sessions_, tenant, request->session_id(), BudgetOf(tenant),
                       [&](graph::RecordedGraph& g) {
                         return runner.RunBackward(g, grad, options_.limits, cancel, received, &out);
                       });
-        if (status.ok()) {
-          response->set_request_id(request->request_id());
-          response->mutable_calls()->Swap(out.mutable_calls());
-          *response->mutable_timings() = out.timings();
-        }
-        Release(request->request_id(), trace, metrics::Rpc::kBackward, tenant, status, received, 0,
-                bytes_in, status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0);
+        if (!status.ok()) return status;
+        response->set_request_id(request->request_id());
+        response->mutable_calls()->Swap(out.mutable_calls());
+        *response->mutable_timings() = out.timings();
         return status;
       });
 }
@@ -189,17 +195,11 @@ grpc::ServerUnaryReactor* GradService::Backward(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* GradService::Extend(grpc::CallbackServerContext* context,
                                               const v1::ExtendRequest* request,
                                               v1::ExtendResponse* response) {
-  const absl::Time received = absl::Now();
-  TraceId trace = TraceIdOf(*context);
-  EchoTraceId(trace, context);  // Note [Trace ids]
-  absl::StatusOr<Tenant*> tenant =
-      AdmitSessionCall(context, request->request_id(), trace.value, metrics::Rpc::kExtend);
-  if (!tenant.ok()) return FinishNow(context, ToGrpcStatus(tenant.status()));
-  return new SessionReactor(
-      this, context,
-      [this, tenant = *tenant, request, response, received,
-       trace = std::move(trace.value)](const std::shared_ptr<autograd::CancellationToken>& cancel) {
-        const int64_t bytes_in = static_cast<int64_t>(request->ByteSizeLong());
+  return StartSessionCall(
+      context, *request, request->request_id(), *response, metrics::Rpc::kExtend,
+      [this, request, response](Tenant* tenant,
+                                const std::shared_ptr<autograd::CancellationToken>& cancel,
+                                absl::Time received, int64_t bytes_in, int64_t* nodes) {
         v1::GradResponse out;
         absl::Status status;
         {
@@ -218,15 +218,12 @@ grpc::ServerUnaryReactor* GradService::Extend(grpc::CallbackServerContext* conte
                                });
           }
         }
-        if (status.ok()) {
-          response->set_request_id(request->request_id());
-          response->mutable_values()->Swap(out.mutable_values());
-          response->set_num_nodes(out.num_nodes());
-          *response->mutable_timings() = out.timings();
-        }
-        Release(request->request_id(), trace, metrics::Rpc::kExtend, tenant, status, received,
-                out.num_nodes(), bytes_in,
-                status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0);
+        *nodes = out.num_nodes();
+        if (!status.ok()) return status;
+        response->set_request_id(request->request_id());
+        response->mutable_values()->Swap(out.mutable_values());
+        response->set_num_nodes(out.num_nodes());
+        *response->mutable_timings() = out.timings();
         return status;
       });
 }
