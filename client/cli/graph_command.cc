@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,7 +16,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/command.h"
-#include "google/protobuf/util/json_util.h"
 
 // --format is load's flag (load_command.cc): one flag of a name per program. Its default,
 // "summary", means svg here.
@@ -59,16 +57,11 @@ std::string Quote(const std::string& s) {
 
 const char* DTypeName(v1::DType d) {
   switch (d) {
-    case v1::DTYPE_FLOAT32:
-      return "float32";
-    case v1::DTYPE_FLOAT64:
-      return "float64";
-    case v1::DTYPE_INT64:
-      return "int64";
-    case v1::DTYPE_BOOL:
-      return "bool";
-    default:
-      return "?";
+    case v1::DTYPE_FLOAT32: return "float32";
+    case v1::DTYPE_FLOAT64: return "float64";
+    case v1::DTYPE_INT64: return "int64";
+    case v1::DTYPE_BOOL: return "bool";
+    default: return "?";
   }
 }
 
@@ -130,8 +123,8 @@ std::string Dot(const v1::GradRequest& request, const client::GradResult* result
   for (int c = 0; c < request.calls_size(); ++c) {
     const v1::BackwardCall& call = request.calls(c);
     const std::string id = absl::StrCat("call", c);
-    std::string label =
-        absl::StrCat("call #", c, "\n", call.accumulate_grad() ? "backward" : "grad");
+    std::string label = absl::StrCat("call #", c, "\n",
+                                     call.accumulate_grad() ? "backward" : "grad");
     if (call.create_graph()) absl::StrAppend(&label, "\ncreate_graph");
     dot << "  " << id << " [shape=diamond, label=" << Quote(label);
     if (c == highlight.call) dot << ", style=filled, fillcolor=\"#f8d7da\", color=red, penwidth=2";
@@ -159,8 +152,7 @@ std::string Dot(const v1::GradRequest& request, const client::GradResult* result
       }
       auto it = producer.find(input);
       dot << "  " << id << " -> " << (it == producer.end() ? Quote(input) : it->second)
-          << " [style=dashed, constraint=false, color=\"#0d6efd\", label=" << Quote(edge_label)
-          << "];\n";
+          << " [style=dashed, constraint=false, color=\"#0d6efd\", label=" << Quote(edge_label) << "];\n";
     }
   }
   if (!highlight.message.empty()) {
