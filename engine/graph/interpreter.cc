@@ -119,6 +119,15 @@ void PrepareBodies(const Graph& graph, const ValueSlots& slots, Program& program
   }
 }
 
+// Removes from program the bodies that PrepareBodies made for a graph whose slots are slots,
+// nested bodies included.
+void ForgetBodies(const ValueSlots& slots, Program& program) {
+  for (const auto& [body, body_slots] : slots.bodies) {
+    ForgetBodies(*body_slots, program);
+    program.bodies.erase(body);
+  }
+}
+
 // Runs a graph's ops in order, reading and binding values in env, which holds the graph's
 // inputs and leaves from slot `first` on (an extension's values follow those it extends: Note
 // [Extending a recorded graph]); see RunOp for one op. scope names them (Note [Naming ops in
@@ -424,9 +433,10 @@ class Interpreter {
       g.failed_.push_back(std::move(added));
       return status;
     }
-    // Nothing recorded before refers to what it made: drop it.
+    // Nothing recorded before refers to what it made: drop it, its bodies (nested ones too:
+    // their keys are addresses that a later graph may reuse) first.
     g.values_.resize(static_cast<size_t>(added.first_slot));
-    for (const auto& [body, body_slots] : slots.bodies) g.program_->bodies.erase(body);
+    ForgetBodies(slots, *g.program_);
     g.program_->extension_slots.pop_back();
     return status;
   }

@@ -71,6 +71,33 @@ TEST(ExtendGraphTest, ACheckpointInAnExtension) {
   EXPECT_EQ(Values(grads->grads[0]), (std::vector<double>{6, 12, 18}));  // 3 * 2x
 }
 
+// An extension whose nested checkpoints ran and which then failed leaves no body behind;
+// the same extension without the failing op then runs.
+TEST(ExtendGraphTest, AFailedExtensionsCheckpointsAreForgotten) {
+  std::unique_ptr<RecordedGraph> g = Squares();
+  ASSERT_NE(g, nullptr);
+  auto extension = [](bool fail) {
+    GraphBuilder inner;
+    inner.Inputs({"b"}).Leaf("k", F64({3}), true).Op("mul", {"b", "k"}, {"m"}).Outputs({"m"});
+    GraphBuilder outer;
+    outer.Inputs({"a"}).Op("checkpoint", {"a"}, {"o"}).last().body = inner.BuildShared();
+    outer.Outputs({"o"});
+    GraphBuilder e;
+    e.Leaf("z", F64({1, 2})).Op("checkpoint", {"h"}, {"c"}).last().body = outer.BuildShared();
+    e.Op("sum", {"c"}, {"loss"});
+    if (fail) e.Op("add", {"c", "z"}, {"cz"});
+    return e.BuildShared();
+  };
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(g->Extend(extension(true), nullptr).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  ASSERT_TRUE(g->Extend(extension(false), nullptr).ok());
+  absl::StatusOr<CallResult> grads = g->Backward(GradCall("loss", {"x"}));
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_EQ(Values(grads->grads[0]), (std::vector<double>{6, 12, 18}));
+}
+
 TEST(ExtendGraphTest, BadExtensionsLeaveTheGraphAsItWas) {
   std::unique_ptr<RecordedGraph> g = Squares();
   ASSERT_NE(g, nullptr);
