@@ -33,7 +33,8 @@ ABSL_FLAG(std::string, scenario, "",
           "chain_10k, fanin_2k, mlp, payload (a gradient of --payload_bytes bytes).");
 ABSL_FLAG(int64_t, session_backward_calls, 10,
           "Scenario session: Backward calls per session before it is released and the next "
-          "call makes a new Forward (docs/sessions.md).");
+          "call makes a new Forward (docs/sessions.md). A run holds up to --concurrency "
+          "sessions per connection, which the server's --max_sessions_per_tenant must allow.");
 ABSL_FLAG(std::string, request_file, "",
           "Send this GradRequest, written in protobuf JSON, instead of a scenario.");
 ABSL_FLAG(int, concurrency, 1,
