@@ -34,6 +34,7 @@ Command InfoCommand();
 Command HealthCommand();
 Command PingCommand();
 Command GraphCommand();
+Command SessionCommand();
 
 // Shared by the commands that call the server (common.cc).
 // own plus the flags of the connection: --target, --timeout, --tls, --tls_ca, --tls_cert,
@@ -48,6 +49,15 @@ std::unique_ptr<client::Client> ConnectFromFlags(const std::string& command,
                                                  const std::string& target = "");
 // A deadline of --timeout.
 client::CallOptions CallOptionsFromFlags();
+// Prints each call's gradients ("call 0:", then "  d/d NAME: TENSOR"), and values ("value
+// NAME: TENSOR"), with at most --max_elements elements each.
+void PrintCalls(const std::vector<client::CallGradients>& calls);
+void PrintValues(const std::vector<std::pair<std::string, client::HostTensor>>& values);
+// Reads the GradRequest in protobuf JSON in path ('-': stdin) into *request. Returns kExitOk,
+// or, after printing "gradserve COMMAND: <why>", kExitFailure when the file cannot be read
+// and kExitUsage when it is not a GradRequest.
+int ReadRequestFile(const std::string& command, const std::string& path,
+                    client::v1::GradRequest* request);
 // Prints "gradserve WHAT: CODE: message" to stderr; returns kExitFailure.
 int ReportError(const std::string& what, const absl::Status& status);
 

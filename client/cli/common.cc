@@ -1,14 +1,19 @@
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/cli/command.h"
 #include "client/library/channel_credentials.h"
 #include "client/library/channel_target.h"
+#include "google/protobuf/util/json_util.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051",
           "The server: host:port; or several, as a comma-separated list of IP:PORT or "
@@ -32,6 +37,7 @@ ABSL_FLAG(std::string, trace_id, "",
           "A trace id for the call: a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>) is sent as "
           "'traceparent', anything else as 'x-request-id'; the server logs it and echoes it "
           "back. Empty: none.");
+ABSL_FLAG(int, max_elements, 16, "Elements of each tensor to print.");
 ABSL_FLAG(std::string, token_file, "",
           "File whose first line is this client's bearer token, sent as 'authorization: "
           "Bearer TOKEN' (TLS only). Empty: the environment variable GRADSERVE_TOKEN, if set.");
@@ -89,6 +95,42 @@ client::CallOptions CallOptionsFromFlags() {
   options.timeout = absl::GetFlag(FLAGS_timeout);
   options.trace_id = absl::GetFlag(FLAGS_trace_id);
   return options;
+}
+
+void PrintCalls(const std::vector<client::CallGradients>& calls) {
+  const int max_elements = absl::GetFlag(FLAGS_max_elements);
+  for (size_t c = 0; c < calls.size(); ++c) {
+    std::printf("call %zu:\n", c);
+    for (const client::Gradient& g : calls[c].gradients) {
+      std::printf("  d/d %s%s: %s\n", g.name.c_str(), g.connected ? "" : " (not connected)",
+                  g.value ? client::FormatTensor(*g.value, max_elements).c_str() : "none");
+    }
+  }
+}
+
+void PrintValues(const std::vector<std::pair<std::string, client::HostTensor>>& values) {
+  const int max_elements = absl::GetFlag(FLAGS_max_elements);
+  for (const auto& [name, value] : values) {
+    std::printf("value %s: %s\n", name.c_str(), client::FormatTensor(value, max_elements).c_str());
+  }
+}
+
+int ReadRequestFile(const std::string& command, const std::string& path,
+                    client::v1::GradRequest* request) {
+  std::stringstream buffer;
+  if (path == "-") {
+    buffer << std::cin.rdbuf();
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return ReportError(command, absl::NotFoundError(absl::StrCat("cannot open ", path)));
+    buffer << in.rdbuf();
+  }
+  if (auto s = google::protobuf::util::JsonStringToMessage(buffer.str(), request); !s.ok()) {
+    std::fprintf(stderr, "gradserve %s: %s is not a GradRequest in protobuf JSON: %s\n",
+                 command.c_str(), path.c_str(), s.ToString().c_str());
+    return kExitUsage;
+  }
+  return kExitOk;
 }
 
 int ReportError(const std::string& what, const absl::Status& status) {

@@ -2,8 +2,6 @@
 
 #include <cstdio>
 #include <fstream>
-#include <iostream>
-#include <sstream>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -14,23 +12,10 @@
 ABSL_FLAG(std::string, output, "",
           "Write the whole GradResponse as protobuf JSON to this file ('-' for stdout) instead "
           "of printing the gradients.");
-ABSL_FLAG(int, max_elements, 16, "Elements of each tensor to print.");
 ABSL_FLAG(std::string, request_id, "", "Overrides the request's request_id.");
 
 namespace gradserve::cli {
 namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::stringstream buffer;
-  if (path == "-") {
-    buffer << std::cin.rdbuf();
-  } else {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-    buffer << in.rdbuf();
-  }
-  return buffer.str();
-}
 
 absl::Status WriteFile(const std::string& path, const std::string& text) {
   if (path == "-") {
@@ -45,17 +30,8 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
 }
 
 void PrintResult(const client::GradResult& r) {
-  const int max_elements = absl::GetFlag(FLAGS_max_elements);
-  for (size_t c = 0; c < r.calls.size(); ++c) {
-    std::printf("call %zu:\n", c);
-    for (const client::Gradient& g : r.calls[c].gradients) {
-      std::printf("  d/d %s%s: %s\n", g.name.c_str(), g.connected ? "" : " (not connected)",
-                  g.value ? client::FormatTensor(*g.value, max_elements).c_str() : "none");
-    }
-  }
-  for (const auto& [name, value] : r.values) {
-    std::printf("value %s: %s\n", name.c_str(), client::FormatTensor(value, max_elements).c_str());
-  }
+  PrintCalls(r.calls);
+  PrintValues(r.values);
   std::printf(
       "nodes %lld; server time: queue %.3f ms, forward %.3f ms, backward %.3f ms, "
       "total %.3f ms\n",
@@ -68,16 +44,8 @@ int RunGrad(const std::vector<std::string>& args) {
     std::fprintf(stderr, "gradserve grad: expected one FILE.json ('-' for stdin); see --help\n");
     return kExitUsage;
   }
-  absl::StatusOr<std::string> json = ReadFile(args[0]);
-  if (!json.ok()) return ReportError("grad", json.status());
   client::v1::GradRequest request;
-  google::protobuf::util::JsonParseOptions parse_options;
-  if (auto s = google::protobuf::util::JsonStringToMessage(*json, &request, parse_options);
-      !s.ok()) {
-    std::fprintf(stderr, "gradserve grad: %s is not a GradRequest in protobuf JSON: %s\n",
-                 args[0].c_str(), s.ToString().c_str());
-    return kExitUsage;
-  }
+  if (int code = ReadRequestFile("grad", args[0], &request); code != kExitOk) return code;
   if (const std::string id = absl::GetFlag(FLAGS_request_id); !id.empty()) {
     request.set_request_id(id);
   }

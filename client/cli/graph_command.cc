@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,7 +16,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/command.h"
-#include "google/protobuf/util/json_util.h"
 
 // --format is load's flag (load_command.cc): one flag of a name per program. Its default,
 // "summary", means svg here.
@@ -42,18 +40,6 @@ ABSL_FLAG(std::string, dot_binary, "dot", "Graphviz's dot, for svg and png.");
 
 namespace gradserve::cli {
 namespace {
-
-absl::StatusOr<std::string> ReadAll(const std::string& path) {
-  std::stringstream buffer;
-  if (path == "-") {
-    buffer << std::cin.rdbuf();
-  } else {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-    buffer << in.rdbuf();
-  }
-  return buffer.str();
-}
 
 // A DOT string literal.
 std::string Quote(const std::string& s) {
@@ -187,14 +173,8 @@ int RunGraph(const std::vector<std::string>& args) {
     std::fprintf(stderr, "gradserve graph: --format=%s: use svg, png or dot\n", format.c_str());
     return kExitUsage;
   }
-  absl::StatusOr<std::string> json = ReadAll(args[0]);
-  if (!json.ok()) return ReportError("graph", json.status());
   v1::GradRequest request;
-  if (auto s = google::protobuf::util::JsonStringToMessage(*json, &request); !s.ok()) {
-    std::fprintf(stderr, "gradserve graph: %s is not a GradRequest in protobuf JSON: %s\n",
-                 args[0].c_str(), s.ToString().c_str());
-    return kExitUsage;
-  }
+  if (int code = ReadRequestFile("graph", args[0], &request); code != kExitOk) return code;
 
   std::optional<client::GradResult> result;
   Highlight highlight;

@@ -28,7 +28,13 @@ ABSL_DECLARE_FLAG(int, payload_bytes);
 
 ABSL_FLAG(std::string, scenario, "",
           "Built-in request: ping, echo (the bare gRPC echo server of bench/), grad_tiny, "
+          "session (grad_tiny's graph as graph sessions: a Forward, then "
+          "--session_backward_calls Backward calls with retain_graph, each call timed), "
           "chain_10k, fanin_2k, mlp, payload (a gradient of --payload_bytes bytes).");
+ABSL_FLAG(int64_t, session_backward_calls, 10,
+          "Scenario session: Backward calls per session before it is released and the next "
+          "call makes a new Forward (docs/sessions.md). A run holds up to --concurrency "
+          "sessions per connection, which the server's --max_sessions_per_tenant must allow.");
 ABSL_FLAG(std::string, request_file, "",
           "Send this GradRequest, written in protobuf JSON, instead of a scenario.");
 ABSL_FLAG(int, concurrency, 1,
@@ -127,6 +133,7 @@ int RunLoadCommand(const std::vector<std::string>& args) {
   spec.request_file = absl::GetFlag(FLAGS_request_file);
   spec.payload_bytes = absl::GetFlag(FLAGS_payload_bytes);
   spec.transport = absl::GetFlag(FLAGS_transport);
+  spec.session_backward_calls = absl::GetFlag(FLAGS_session_backward_calls);
   const bool grad = spec.scenario != "ping" && spec.scenario != "echo";
   if (grad && spec.transport == "auto") {
     spec.max_message_bytes = ServerMaxMessageBytes(absl::GetFlag(FLAGS_target), *client_options);
@@ -177,9 +184,10 @@ Command LoadCommand() {
           "A live progress line is drawn on stderr when it is a terminal (not with --quiet).\n"
           "Exit code 0 when every measured call succeeded, 1 when some failed or the run was\n"
           "cut short (the report is printed either way), 2 for bad arguments."),
-      ConnectionFlags({"scenario", "request_file", "payload_bytes", "concurrency", "balance",
-                       "connections", "rate", "requests", "duration", "warmup", "max_duration",
-                       "transport", "format", "html", "quiet", "trace_prefix"}),
+      ConnectionFlags({"scenario", "session_backward_calls", "request_file", "payload_bytes",
+                       "concurrency", "balance", "connections", "rate", "requests", "duration",
+                       "warmup", "max_duration", "transport", "format", "html", "quiet",
+                       "trace_prefix"}),
       RunLoadCommand};
 }
 

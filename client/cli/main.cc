@@ -20,8 +20,8 @@ namespace {
 
 // Every subcommand, in the order `gradserve --help` lists them.
 std::vector<Command> AllCommands() {
-  return {GradCommand(),   InfoCommand(), HealthCommand(),
-          PingCommand(),   LoadCommand(), GraphCommand()};
+  return {GradCommand(), SessionCommand(), InfoCommand(), HealthCommand(),
+          PingCommand(), LoadCommand(),    GraphCommand()};
 }
 
 bool IsHelp(const std::string& arg) {

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/algorithm/container.h"
@@ -67,16 +68,34 @@ absl::StatusOr<std::string> GrpcTarget(const std::string& target) {
   return absl::StrCat(family == Family::kIpv4 ? "ipv4:" : "ipv6:", absl::StrJoin(entries, ","));
 }
 
-std::shared_ptr<grpc::Channel> CreateClientChannel(
+namespace {
+
+// A channel to target (GrpcTarget's rules) with credentials, args and service_config, which
+// no resolver replaces.
+std::shared_ptr<grpc::Channel> CreateChannel(
     const std::string& target, const std::shared_ptr<grpc::ChannelCredentials>& credentials,
-    grpc::ChannelArguments args) {
+    grpc::ChannelArguments args, const char* service_config) {
   const absl::StatusOr<std::string> grpc_target = GrpcTarget(target);
-  args.SetServiceConfigJSON(kServiceConfigJson);
+  args.SetServiceConfigJSON(service_config);
   args.SetInt(GRPC_ARG_SERVICE_CONFIG_DISABLE_RESOLUTION, 1);
-  args.SetInt(GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE, kRetryBufferBytes);
   return grpc::CreateCustomChannel(
       grpc_target.ok() ? *grpc_target : target,
       credentials != nullptr ? credentials : grpc::InsecureChannelCredentials(), args);
+}
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> CreateClientChannel(
+    const std::string& target, const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    grpc::ChannelArguments args) {
+  args.SetInt(GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE, kRetryBufferBytes);
+  return CreateChannel(target, credentials, std::move(args), kServiceConfigJson);
+}
+
+std::shared_ptr<grpc::Channel> CreateSessionChannel(
+    const std::string& target, const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    grpc::ChannelArguments args) {
+  return CreateChannel(target, credentials, std::move(args), kSessionServiceConfigJson);
 }
 
 }  // namespace gradserve::client

@@ -74,6 +74,18 @@ std::shared_ptr<grpc::Channel> CreateClientChannel(
     const std::string& target, const std::shared_ptr<grpc::ChannelCredentials>& credentials,
     grpc::ChannelArguments args);
 
+// The service config of a channel for graph sessions: pick_first and no retries, so that every
+// call goes over the one connection that answered the session's Forward, to the replica that
+// holds it (docs/sessions.md, "Several replicas"); a retry on another replica could only get
+// NOT_FOUND.
+inline constexpr char kSessionServiceConfigJson[] =
+    R"({"loadBalancingConfig": [{"pick_first": {}}]})";
+
+// CreateClientChannel's channel with kSessionServiceConfigJson instead.
+std::shared_ptr<grpc::Channel> CreateSessionChannel(
+    const std::string& target, const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    grpc::ChannelArguments args);
+
 }  // namespace gradserve::client
 
 #endif  // GRADSERVE_CLIENT_LIBRARY_CHANNEL_TARGET_H_

@@ -101,6 +101,18 @@ class CancellerBinding {
   void (CallCanceller::*const unbind_)();
 };
 
+// Named values from the wire; the first malformed one's status.
+absl::StatusOr<std::vector<std::pair<std::string, HostTensor>>> NamedValues(
+    const google::protobuf::RepeatedPtrField<v1::NamedTensor>& values) {
+  std::vector<std::pair<std::string, HostTensor>> out;
+  for (const v1::NamedTensor& v : values) {
+    absl::StatusOr<HostTensor> t = HostTensor::FromProto(v.value());
+    if (!t.ok()) return t.status();
+    out.emplace_back(v.name(), *std::move(t));
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
@@ -345,11 +357,10 @@ absl::StatusOr<GradResult> FromProto(const v1::GradResponse& response) {
       }
     }
   }
-  for (const v1::NamedTensor& v : response.values()) {
-    absl::StatusOr<HostTensor> t = HostTensor::FromProto(v.value());
-    if (!t.ok()) return t.status();
-    r.values.emplace_back(v.name(), *std::move(t));
-  }
+  absl::StatusOr<std::vector<std::pair<std::string, HostTensor>>> values =
+      NamedValues(response.values());
+  if (!values.ok()) return values.status();
+  r.values = *std::move(values);
   return r;
 }
 
@@ -374,9 +385,12 @@ void CallCanceller::Unbind() {
 
 // --- Client -----------------------------------------------------------------------------
 
-Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
+Client::Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options,
+               std::shared_ptr<grpc::Channel> session_channel)
     : channel_(std::move(channel)),
       stub_(v1::GradService::NewStub(channel_)),
+      session_channel_(session_channel != nullptr ? std::move(session_channel) : channel_),
+      session_stub_(v1::GradService::NewStub(session_channel_)),
       options_(std::move(options)),
       max_message_bytes_(options_.max_message_bytes) {}
 
@@ -386,7 +400,97 @@ std::unique_ptr<Client> Client::Connect(const std::string& target, ClientOptions
   args.SetMaxSendMessageSize(-1);
   // Note [Several replicas]: round_robin over every address, UNAVAILABLE retried.
   std::shared_ptr<grpc::Channel> channel = CreateClientChannel(target, options.credentials, args);
-  return std::make_unique<Client>(std::move(channel), std::move(options));
+  // docs/sessions.md, "Several replicas": a session's calls stay on one connection.
+  std::shared_ptr<grpc::Channel> sessions = CreateSessionChannel(target, options.credentials, args);
+  return std::make_unique<Client>(std::move(channel), std::move(options), std::move(sessions));
+}
+
+absl::StatusOr<std::unique_ptr<Session>> Client::Forward(const v1::GradRequest& request,
+                                                         const CallOptions& options) {
+  v1::ForwardRequest forward;
+  forward.set_request_id(request.request_id());
+  *forward.mutable_graph() = request.graph();
+  *forward.mutable_return_values() = request.return_values();
+  v1::ForwardResponse response;
+  absl::Status status = Session::Call(options, [&](grpc::ClientContext& context) {
+    return session_stub_->Forward(&context, forward, &response);
+  });
+  if (!status.ok()) return status;
+  std::unique_ptr<Session> session(
+      new Session(session_channel_, response.session_id(), response.num_nodes()));
+  absl::StatusOr<std::vector<std::pair<std::string, HostTensor>>> values =
+      NamedValues(response.values());
+  if (!values.ok()) return values.status();  // the destructor releases the session
+  session->values_ = *std::move(values);
+  return session;
+}
+
+// --- Session ----------------------------------------------------------------------------
+
+template <typename Send>
+absl::Status Session::Call(const CallOptions& options, Send&& send) {
+  grpc::ClientContext context;
+  SetUp(context, options);
+  CancellerBinding binding(options.canceller, &context, &CallCanceller::Bind,
+                           &CallCanceller::Unbind);
+  grpc::Status status = send(context);
+  TakeTrailers(context, options);
+  return FromGrpcStatus(status);
+}
+
+Session::Session(std::shared_ptr<grpc::Channel> channel, std::string id, int64_t num_nodes)
+    : channel_(std::move(channel)),
+      stub_(v1::GradService::NewStub(channel_)),
+      id_(std::move(id)),
+      num_nodes_(num_nodes) {}
+
+Session::~Session() {
+  CallOptions options;
+  options.timeout = absl::Seconds(5);  // a destructor must not hang on a dead server
+  Release(options).IgnoreError();
+}
+
+absl::StatusOr<std::vector<CallGradients>> Session::Backward(
+    const std::vector<v1::BackwardCall>& calls, const CallOptions& options) {
+  v1::BackwardRequest request;
+  request.set_session_id(id_);
+  for (const v1::BackwardCall& call : calls) *request.add_calls() = call;
+  v1::BackwardResponse response;
+  absl::Status status = Call(options, [&](grpc::ClientContext& context) {
+    return stub_->Backward(&context, request, &response);
+  });
+  if (!status.ok()) return status;
+  v1::GradResponse as_grad;  // FromProto reads the calls
+  as_grad.mutable_calls()->Swap(response.mutable_calls());
+  absl::StatusOr<GradResult> result = FromProto(as_grad);
+  if (!result.ok()) return result.status();
+  return std::move(result->calls);
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, HostTensor>>> Session::Extend(
+    const v1::Graph& graph, const std::vector<std::string>& return_values,
+    const CallOptions& options) {
+  v1::ExtendRequest request;
+  request.set_session_id(id_);
+  *request.mutable_graph() = graph;
+  for (const std::string& name : return_values) request.add_return_values(name);
+  v1::ExtendResponse response;
+  absl::Status status = Call(options, [&](grpc::ClientContext& context) {
+    return stub_->Extend(&context, request, &response);
+  });
+  if (!status.ok()) return status;
+  return NamedValues(response.values());
+}
+
+absl::Status Session::Release(const CallOptions& options) {
+  if (released_) return absl::OkStatus();
+  released_ = true;
+  v1::ReleaseRequest request;
+  request.set_session_id(id_);
+  v1::ReleaseResponse response;
+  return Call(options, [&](grpc::ClientContext& context) {
+    return stub_->Release(&context, request, &response);
+  });
 }
 
 int64_t Client::MaxMessageBytes() {

@@ -10,6 +10,13 @@
 //   b.Grad({"loss"}, {"x"});
 //   absl::StatusOr<GradResult> r = client->Grad(b.request());
 //   // r->calls[0].gradients[0].value->ToDoubles() == {2, 4, 6}
+//
+// A graph session (docs/sessions.md): the forward pass now, backward passes later.
+//
+//   absl::StatusOr<std::unique_ptr<Session>> s = client->Forward(b.request());
+//   // look at (*s)->values(), choose seeds, then:
+//   absl::StatusOr<std::vector<CallGradients>> g = (*s)->Backward({call});
+//   // the session is released when *s is destroyed
 
 #ifndef GRADSERVE_CLIENT_LIBRARY_GRADSERVE_CLIENT_H_
 #define GRADSERVE_CLIENT_LIBRARY_GRADSERVE_CLIENT_H_
@@ -128,6 +135,7 @@ class CallCanceller {
 
  private:
   friend class Client;
+  friend class Session;
   void Bind(grpc::ClientContext* context);
   void Unbind();
 
@@ -161,15 +169,75 @@ struct ClientOptions {
   std::shared_ptr<grpc::ChannelCredentials> credentials;  // null: insecure
 };
 
+class Client;
+
+// A graph held on one server between its Forward and later Extend and Backward calls
+// (docs/sessions.md), made by Client::Forward. Every call goes over the channel that answered
+// the Forward (Client's session channel: pick_first, no retries), so it reaches the replica
+// that holds the graph. Destroying it releases the session on the server, unless Release was
+// called; errors are then ignored (a session the server already ended has nothing left).
+// Errors are the call's gRPC status as an absl::Status: NOT_FOUND for a session the server no
+// longer holds (expired, released, another replica), UNAVAILABLE once it drained; both mean
+// run the forward pass again.
+//
+// Thread safety: calls may come from any thread at once; the server runs them one at a time,
+// in arrival order (docs/sessions.md, "Concurrent backward calls"). Release and the destructor
+// must not overlap other calls.
+class Session {
+ public:
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // The session's id: 32 hex digits.
+  const std::string& id() const { return id_; }
+  // The values the Forward returned, by name, in the order asked for.
+  const std::vector<std::pair<std::string, HostTensor>>& values() const { return values_; }
+  // Autograd nodes its Forward recorded.
+  int64_t num_nodes() const { return num_nodes_; }
+
+  // Runs calls, in order, over the held graph; their roots and inputs name the session's
+  // values. One CallGradients per call.
+  absl::StatusOr<std::vector<CallGradients>> Backward(const std::vector<v1::BackwardCall>& calls,
+                                                      const CallOptions& options = {});
+  // Runs graph's leaves and ops after the session's (docs/sessions.md, "Extending a session"):
+  // they may read any of its values by name and define new ones, from which later Backward
+  // calls may start. Returns the values return_values names (new or old), in order.
+  absl::StatusOr<std::vector<std::pair<std::string, HostTensor>>> Extend(
+      const v1::Graph& graph, const std::vector<std::string>& return_values = {},
+      const CallOptions& options = {});
+  // Ends the session on the server and frees its memory. Once called, the destructor sends
+  // nothing; a second call returns OK and sends nothing.
+  absl::Status Release(const CallOptions& options = {});
+
+ private:
+  friend class Client;
+  Session(std::shared_ptr<grpc::Channel> channel, std::string id, int64_t num_nodes);
+  // Makes one unary call with options: send(context) sends it and returns its status.
+  template <typename Send>
+  static absl::Status Call(const CallOptions& options, Send&& send);
+
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::unique_ptr<v1::GradService::Stub> stub_;
+  const std::string id_;
+  const int64_t num_nodes_;
+  std::vector<std::pair<std::string, HostTensor>> values_;
+  bool released_ = false;
+};
+
 // Errors are the call's gRPC status as an absl::Status (same code, same message).
 //
 // Thread safety: all methods may be called from any thread at once.
 class Client {
  public:
-  Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options = {});
+  // Sessions' calls go over session_channel, or over channel if it is null.
+  Client(std::shared_ptr<grpc::Channel> channel, ClientOptions options = {},
+         std::shared_ptr<grpc::Channel> session_channel = nullptr);
   // A channel to target that accepts responses of any size: "host:port", a list of IP
   // addresses or a gRPC target URI such as "dns:///host:port", with round_robin over its
-  // addresses and UNAVAILABLE retried (Note [Several replicas] in channel_target.h).
+  // addresses and UNAVAILABLE retried (Note [Several replicas] in channel_target.h); and, for
+  // sessions, a second channel to target with pick_first and no retries
+  // (CreateSessionChannel), which connects on its first call.
   static std::unique_ptr<Client> Connect(const std::string& target, ClientOptions options = {});
 
   // Sends request, by ComputeGradients or, when it is too large, ComputeGradientsStream.
@@ -181,6 +249,11 @@ class Client {
   // Echoes payload; returns the echo.
   absl::StatusOr<std::string> Ping(const std::string& payload = "",
                                    const CallOptions& options = {});
+  // Runs request's graph forward on the server and holds it there (docs/sessions.md): returns
+  // the Session, whose values() are request's return_values. request's calls are ignored.
+  // Sent over the session channel (see Connect), unary: the request must fit in one message.
+  absl::StatusOr<std::unique_ptr<Session>> Forward(const v1::GradRequest& request,
+                                                   const CallOptions& options = {});
   // grpc.health.v1 Check: "SERVING", "NOT_SERVING", ...
   absl::StatusOr<std::string> CheckHealth(const std::string& service = "",
                                           const CallOptions& options = {});
@@ -197,6 +270,8 @@ class Client {
 
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<v1::GradService::Stub> stub_;
+  const std::shared_ptr<grpc::Channel> session_channel_;
+  const std::unique_ptr<v1::GradService::Stub> session_stub_;
   const ClientOptions options_;
   absl::Mutex mutex_;
   int64_t max_message_bytes_ ABSL_GUARDED_BY(mutex_);

@@ -203,6 +203,7 @@ LoadResult LoadRun::Run(const ProgressFn& progress) {
     if (progress) progress(absl::Nanoseconds(now_ns), recorder_.Progress(now_ns));
   }
   if (scheduler.joinable()) scheduler.join();
+  starter_.Finish(absl::Seconds(10));  // Note [Session load]: the sessions still held
   LoadResult result = recorder_.Result();
   result.scenario = workload_.name;
   result.options = options_;
@@ -228,7 +229,7 @@ absl::StatusOr<LoadResult> RunLoad(const LoadOptions& options, const Workload& w
   for (int c = 0; c < options.connections; ++c) {
     for (const std::string& target : channel_targets) {
       absl::StatusOr<std::unique_ptr<LoadConnection>> connection =
-          LoadConnection::Open(target, connect_timeout, options.credentials);
+          LoadConnection::Open(target, connect_timeout, options.credentials, workload.session);
       if (!connection.ok()) return connection.status();
       connections.push_back(std::move(*connection));
     }

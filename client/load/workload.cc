@@ -65,11 +65,32 @@ Workload StreamedWorkload(std::string name, const v1::GradRequest& request, int6
   return w;
 }
 
+// grad_tiny's graph as a session: one Forward, then backward_calls Backward calls, each with
+// grad_tiny's call and retain_graph.
+absl::StatusOr<Workload> SessionWorkload(int64_t backward_calls) {
+  if (backward_calls < 1 || backward_calls > kMaxSessionBackwardCalls) {
+    return absl::InvalidArgumentError(absl::StrCat("Backward calls per session must be 1 to ",
+                                                   kMaxSessionBackwardCalls, "; got ",
+                                                   backward_calls));
+  }
+  const v1::GradRequest grad = GradTinyRequest();
+  v1::ForwardRequest forward;
+  *forward.mutable_graph() = grad.graph();
+  Workload w = UnaryWorkload("session", kForwardMethod, forward);
+  w.session = true;
+  w.session_backward_calls = backward_calls;
+  v1::BackwardRequest backward;
+  *backward.mutable_calls() = grad.calls();
+  for (v1::BackwardCall& call : *backward.mutable_calls()) call.set_retain_graph(true);
+  backward.SerializeToString(&w.backward_request);
+  return w;
+}
+
 }  // namespace
 
 const std::vector<std::string>& ScenarioNames() {
   static const auto* const names = new std::vector<std::string>{
-      "ping", "echo", "grad_tiny", "chain_10k", "fanin_2k", "mlp", "payload"};
+      "ping", "echo", "grad_tiny", "session", "chain_10k", "fanin_2k", "mlp", "payload"};
   return *names;
 }
 
@@ -84,6 +105,7 @@ absl::StatusOr<Workload> MakeWorkload(const WorkloadSpec& spec) {
     ping.set_payload(std::string(static_cast<size_t>(spec.payload_bytes), 'x'));
     return UnaryWorkload(spec.scenario, spec.scenario == "ping" ? kPingMethod : kEchoMethod, ping);
   }
+  if (spec.scenario == "session") return SessionWorkload(spec.session_backward_calls);
   absl::StatusOr<v1::GradRequest> request =
       spec.request_file.empty() ? BuiltInGradRequest(spec.scenario, spec.payload_bytes)
                                 : ReadRequestFile(spec.request_file);

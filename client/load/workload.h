@@ -22,6 +22,12 @@ namespace v1 = ::gradserve::v1;
 inline constexpr char kEchoMethod[] = "/gradserve.bench.Echo/Echo";
 inline constexpr char kPingMethod[] = "/gradserve.v1.GradService/Ping";
 inline constexpr char kGradMethod[] = "/gradserve.v1.GradService/ComputeGradients";
+inline constexpr char kForwardMethod[] = "/gradserve.v1.GradService/Forward";
+inline constexpr char kBackwardMethod[] = "/gradserve.v1.GradService/Backward";
+inline constexpr char kReleaseMethod[] = "/gradserve.v1.GradService/Release";
+
+// The most Backward calls per session of scenario session.
+inline constexpr int64_t kMaxSessionBackwardCalls = 1'000'000;
 
 // Scenario names MakeWorkload accepts, in the order --help lists them.
 const std::vector<std::string>& ScenarioNames();
@@ -40,6 +46,8 @@ struct WorkloadSpec {
   int64_t max_message_bytes = int64_t{4} << 20;
   // Size of the chunks a streamed request is cut into.
   int64_t chunk_bytes = int64_t{4} << 20;
+  // session: Backward calls per session, 1 to kMaxSessionBackwardCalls.
+  int64_t session_backward_calls = 10;
 };
 
 struct Workload {
@@ -53,6 +61,12 @@ struct Workload {
   std::vector<v1::Chunk> chunks;
   // The serialized request's size, either way.
   int64_t request_bytes = 0;
+  // Scenario session (Note [Session load] in load_calls.h): method and request are the
+  // Forward's; each session then gets session_backward_calls Backward calls of
+  // backward_request (a serialized BackwardRequest without its session id).
+  bool session = false;
+  std::string backward_request;
+  int64_t session_backward_calls = 0;
 };
 
 // INVALID_ARGUMENT for an unknown scenario, a bad payload size or transport; NOT_FOUND or

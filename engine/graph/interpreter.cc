@@ -42,6 +42,8 @@ struct Program {
   Limits limits;
   std::shared_ptr<CancellationToken> cancel;
   std::shared_ptr<const ValueSlots> slots;  // the top level's, holding every body's
+  // The extensions' (Note [Extending a recorded graph]), holding their bodies'.
+  std::vector<std::shared_ptr<const ValueSlots>> extension_slots;
   // Keyed by the body's address; the checkpoint Nodes hold the bodies alive.
   absl::flat_hash_map<const Graph*, Body> bodies;
 };
@@ -118,12 +120,23 @@ void PrepareBodies(const Graph& graph, const ValueSlots& slots, Program& program
   }
 }
 
+// Removes from program the bodies that PrepareBodies made for a graph whose slots are slots,
+// nested bodies included.
+void ForgetBodies(const ValueSlots& slots, Program& program) {
+  for (const auto& [body, body_slots] : slots.bodies) {
+    ForgetBodies(*body_slots, program);
+    program.bodies.erase(body);
+  }
+}
+
 // Runs a graph's ops in order, reading and binding values in env, which holds the graph's
-// inputs and leaves; see RunOp for one op. scope names them (Note [Naming ops in errors]).
-// Returns how many Nodes the ops recorded (new grad_fns of the values they defined). Throws
-// StatusError naming the op.
+// inputs and leaves from slot `first` on (an extension's values follow those it extends: Note
+// [Extending a recorded graph]); see RunOp for one op. scope names them (Note [Naming ops in
+// errors]). Returns how many Nodes the ops recorded (new grad_fns of the values they defined).
+// Throws StatusError naming the op.
 int64_t RunOps(const std::shared_ptr<const Graph>& graph, const ValueSlots& slots,
-               const std::string& scope, const std::shared_ptr<const Program>& program, Env& env);
+               const std::string& scope, const std::shared_ptr<const Program>& program, Env& env,
+               int64_t first = 0);
 
 // Runs a checkpoint body on its inputs under the caller's grad mode: the CheckpointBody of the
 // checkpoint op.
@@ -269,11 +282,13 @@ int64_t RunOp(const Op& op, const ops::OpSchema& schema, int64_t index, const st
 }
 
 int64_t RunOps(const std::shared_ptr<const Graph>& graph, const ValueSlots& slots,
-               const std::string& scope, const std::shared_ptr<const Program>& program, Env& env) {
+               const std::string& scope, const std::shared_ptr<const Program>& program, Env& env,
+               int64_t first) {
   std::vector<std::shared_ptr<autograd::Node>> keep_alive;
   const auto labeler = std::make_shared<const OpLabeler>(graph, scope);
   Reads reads(slots);
-  const int64_t given_slots = static_cast<int64_t>(graph->inputs.size() + graph->leaves.size());
+  const int64_t given_slots =
+      first + static_cast<int64_t>(graph->inputs.size() + graph->leaves.size());
   int64_t next_slot = given_slots;
   int64_t nodes = 0;
   for (size_t i = 0; i < graph->ops.size(); ++i) {
@@ -392,10 +407,67 @@ class Interpreter {
       return absl::OkStatus();
     });
     if (!status.ok()) return status;
+    recorded->writes_in_place_ = recorded->slots_->writes_in_place;
     return recorded;
   }
 
+  // Note [Extending a recorded graph]
+  static absl::StatusOr<int64_t> Extend(RecordedGraph& g, std::shared_ptr<const Graph> extension,
+                                        std::shared_ptr<CancellationToken> cancel) {
+    if (!g.spoiled_.ok()) return g.spoiled_;
+    SetToken(g, std::move(cancel));
+    absl::StatusOr<std::unique_ptr<const ValueSlots>> validated =
+        ValidateExtension(*extension, g.AllSlots(), g.limits_);
+    if (!validated.ok()) return validated.status();
+    RecordedGraph::Extension added{std::move(extension), *std::move(validated),
+                                   static_cast<int64_t>(g.values_.size())};
+    const Graph& graph = *added.graph;
+    const ValueSlots& slots = *added.slots;
+    int64_t nodes = 0;
+    absl::Status status = CatchAll([&]() -> absl::Status {
+      MemoryBudgetScope budget_scope(g.budget_);
+      CancellationScope cancel_scope(g.cancel_.get());  // Note [Stopping a running op]
+      autograd::GradModeGuard grad_mode(true);
+      PrepareBodies(graph, slots, *g.program_);
+      g.values_.resize(static_cast<size_t>(slots.num_values));
+      for (size_t i = 0; i < graph.leaves.size(); ++i) {
+        g.values_[static_cast<size_t>(added.first_slot) + i] =
+            MakeLeafValue(graph.leaves[i], slots.writes_in_place);
+      }
+      nodes = RunOps(added.graph, slots, "", g.program_, g.values_, added.first_slot);
+      return absl::OkStatus();
+    });
+    g.program_->extension_slots.push_back(added.slots);
+    if (slots.writes_in_place) g.writes_in_place_ = true;
+    if (status.ok()) {
+      g.num_nodes_ += nodes;
+      g.extensions_.push_back(std::move(added));
+      return nodes;
+    }
+    if (slots.writes_in_place) {
+      // It may have written a recorded value: keep what it made, refuse what follows.
+      g.spoiled_ = absl::FailedPreconditionError(absl::StrCat(
+          "an earlier extension of this graph wrote a value in place and then failed (",
+          status.message(), "); the graph is no longer the one described: record it again"));
+      g.failed_.push_back(std::move(added));
+      return status;
+    }
+    // Nothing recorded before refers to what it made: drop it, its bodies (nested ones too:
+    // their keys are addresses that a later graph may reuse) first.
+    g.values_.resize(static_cast<size_t>(added.first_slot));
+    ForgetBodies(slots, *g.program_);
+    g.program_->extension_slots.pop_back();
+    return status;
+  }
+
+  // Note [A held graph's token]
+  static void SetToken(RecordedGraph& g, std::shared_ptr<CancellationToken> cancel) {
+    g.cancel_ = cancel;
+    if (g.program_ != nullptr) g.program_->cancel = std::move(cancel);
+  }
+
   static absl::StatusOr<CallResult> Backward(const RecordedGraph& graph, const BackwardCall& call) {
+    if (!graph.spoiled_.ok()) return graph.spoiled_;
     absl::StatusOr<CallResult> result;
     absl::Status status = CatchAll([&]() -> absl::Status {
       MemoryBudgetScope budget_scope(graph.budget_);
@@ -410,9 +482,9 @@ class Interpreter {
  private:
   // A forward value named by a backward call; role says which part of the call names it.
   static Tensor CallValue(const RecordedGraph& graph, const std::string& name, const char* role) {
-    auto it = graph.slots_->by_name.find(name);
-    GS_CHECK_ARG(it != graph.slots_->by_name.end(), role, " ", Quote(name),
-                 " is not a value of the graph");
+    const ValueSlots& slots = graph.AllSlots();
+    auto it = slots.by_name.find(name);
+    GS_CHECK_ARG(it != slots.by_name.end(), role, " ", Quote(name), " is not a value of the graph");
     const Tensor& value = graph.values_[static_cast<size_t>(it->second)];
     GS_CHECK_ARG(value.defined(), role, " ", Quote(name),
                  " has no value (an unreached gradient of a grad op)");
@@ -429,9 +501,17 @@ class Interpreter {
     CallResult result;
     result.names = call.inputs;
     if (result.names.empty()) {
-      const std::vector<Leaf>& leaves = graph.graph_->leaves;
-      for (size_t i = 0; i < leaves.size(); ++i) {
-        if (graph.values_[i].requires_grad()) result.names.push_back(leaves[i].name);
+      // The graph's leaves then its extensions', each's at its first slots.
+      auto add_leaves = [&](const Graph& g, int64_t first) {
+        for (size_t i = 0; i < g.leaves.size(); ++i) {
+          if (graph.values_[static_cast<size_t>(first) + i].requires_grad()) {
+            result.names.push_back(g.leaves[i].name);
+          }
+        }
+      };
+      add_leaves(*graph.graph_, 0);
+      for (const RecordedGraph::Extension& e : graph.extensions_) {
+        add_leaves(*e.graph, e.first_slot);
       }
     }
     TensorList inputs;
@@ -496,7 +576,7 @@ absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(
 // graph that wrote in place frees every saved tensor of its Nodes when it goes, which breaks
 // any such cycle; graphs without in-place ops skip the walk.
 RecordedGraph::~RecordedGraph() {
-  if (slots_ == nullptr || !slots_->writes_in_place) return;
+  if (!writes_in_place_) return;
   std::vector<std::shared_ptr<autograd::Node>> nodes;
   for (const Tensor& value : values_) {
     if (value.defined() && value.grad_fn() != nullptr) nodes.push_back(value.grad_fn());
@@ -513,15 +593,19 @@ absl::StatusOr<CallResult> RecordedGraph::Backward(const BackwardCall& call) {
 
 absl::StatusOr<CallResult> RecordedGraph::Backward(const BackwardCall& call,
                                                    std::shared_ptr<CancellationToken> cancel) {
-  // Note [A held graph's token]
-  cancel_ = cancel;
-  if (program_ != nullptr) program_->cancel = std::move(cancel);
+  Interpreter::SetToken(*this, std::move(cancel));
   return Interpreter::Backward(*this, call);
 }
 
+absl::StatusOr<int64_t> RecordedGraph::Extend(std::shared_ptr<const Graph> extension,
+                                              std::shared_ptr<CancellationToken> cancel) {
+  return Interpreter::Extend(*this, std::move(extension), std::move(cancel));
+}
+
 absl::StatusOr<Tensor> RecordedGraph::Value(absl::string_view name) const {
-  auto it = slots_->by_name.find(name);
-  if (it == slots_->by_name.end()) {
+  const ValueSlots& slots = AllSlots();
+  auto it = slots.by_name.find(name);
+  if (it == slots.by_name.end()) {
     return absl::NotFoundError(absl::StrCat("no value is named ", Quote(name)));
   }
   return values_[static_cast<size_t>(it->second)];

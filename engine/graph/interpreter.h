@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -55,6 +56,14 @@ absl::StatusOr<std::unique_ptr<const ValueSlots>> Validate(const Graph& graph,
 // server/run/graph_cache.h).
 absl::Status ValidateLeafValues(const Graph& graph, const Limits& limits);
 
+// Validate for extension, a top-level graph whose ops may also read the values that extended
+// (a recorded graph's slots, RecordedGraph::Extend) names: its names must differ from those,
+// and max_ops and max_leaves bound both together. The slots returned hold extended's names
+// too, and view its keys: what they view must outlive them.
+absl::StatusOr<std::unique_ptr<const ValueSlots>> ValidateExtension(const Graph& extension,
+                                                                    const ValueSlots& extended,
+                                                                    const Limits& limits);
+
 // A graph run forward in grad mode, holding its autograd graph.
 //
 // Thread safety: Backward calls may run at once on different threads when each retains the
@@ -102,18 +111,56 @@ class RecordedGraph {
   absl::StatusOr<CallResult> Backward(const BackwardCall& call,
                                       std::shared_ptr<CancellationToken> cancel);
 
+  // Note [Extending a recorded graph]
+  // A session's client may look at the outputs of its forward pass and only then write the
+  // rest (a loss chosen from the outputs), as a PyTorch program goes on after a print. Extend
+  // runs more ops after the recorded ones, as if they had come at the end of the graph: they
+  // read any value recorded so far by name, define new names (a name already defined is
+  // INVALID_ARGUMENT, as within one graph), may have leaves of their own, and record their
+  // Nodes into the same autograd graph, so a later Backward may start from their values and
+  // reach every earlier one. The extension is validated against every name defined so far
+  // (ValidateExtension); its tensors and Nodes are charged to the graph's own budget, the one
+  // Record made, within its limits, and max_ops and max_leaves bound the graph with all its
+  // extensions. Values share one slot vector: an extension's values take the slots after the
+  // last ones (Note [Value slots]). An extension that fails leaves the graph as it was (its
+  // values, leaves and checkpoint bodies are dropped), except in one case: if it wrote a
+  // recorded value in place before failing, that write cannot be undone (as in PyTorch, where
+  // a failed line's earlier in-place write stays) and a graph half extended is no graph a
+  // client described; from then on the graph refuses every call with FAILED_PRECONDITION,
+  // and keeps what the extension made until it is freed.
+
+  // Runs extension's ops after the ones recorded (Note [Extending a recorded graph]), stopped
+  // by cancel, which becomes the graph's token (Note [A held graph's token]). Returns the
+  // number of Nodes its ops recorded. Errors: ValidateExtension's, then those of running ops
+  // as Record's; FAILED_PRECONDITION on a graph an earlier failed extension spoiled. The
+  // caller runs no other call on the graph meanwhile.
+  absl::StatusOr<int64_t> Extend(std::shared_ptr<const Graph> extension,
+                                 std::shared_ptr<CancellationToken> cancel);
+
   // A forward value by name; NOT_FOUND if no value has that name.
   absl::StatusOr<Tensor> Value(absl::string_view name) const;
 
   // Nodes recorded by the forward pass.
   int64_t num_nodes() const { return num_nodes_; }
-  // The graph's value slots, as Validate returned them (Note [Value slots]).
+  // The graph's value slots, as Validate returned them (Note [Value slots]); those of its
+  // extensions are not among them.
   const std::shared_ptr<const ValueSlots>& slots() const { return slots_; }
   const std::shared_ptr<MemoryBudget>& budget() const { return budget_; }
 
  private:
   RecordedGraph() = default;
   friend class Interpreter;
+
+  // One Extend that succeeded: the graph as validated, its slots, and its first slot.
+  struct Extension {
+    std::shared_ptr<const Graph> graph;
+    std::shared_ptr<const ValueSlots> slots;
+    int64_t first_slot = 0;
+  };
+  // Every name's slot: the latest extension's slots, or slots_.
+  const ValueSlots& AllSlots() const {
+    return extensions_.empty() ? *slots_ : *extensions_.back().slots;
+  }
 
   // The graph as validated, and its values by slot (Note [Value slots]); the top level has no
   // formal inputs, so its leaves are the first slots.
@@ -125,6 +172,15 @@ class RecordedGraph {
   std::shared_ptr<Program> program_;
   Limits limits_;
   int64_t num_nodes_ = 0;
+  // Note [Extending a recorded graph]: the extensions in order.
+  std::vector<Extension> extensions_;
+  // Whether an op of the graph or of an extension wrote in place (Note [Cycles through
+  // in-place writes] in interpreter.cc).
+  bool writes_in_place_ = false;
+  // Set when a failed extension had written in place; the status every call then returns, and
+  // what that extension made, kept alive for the Nodes that may still refer to it.
+  absl::Status spoiled_;
+  std::vector<Extension> failed_;
 };
 
 }  // namespace gradserve::graph

@@ -49,6 +49,17 @@ class Validator {
  public:
   explicit Validator(const Limits& limits) : limits_(limits) {}
 
+  // Counts from what an extension extends (ValidateExtension).
+  void StartFrom(const ValueSlots& extended) {
+    num_ops_ = extended.num_ops;
+    num_leaves_ = extended.num_leaves;
+  }
+  // Records the counts in slots, the top level's, once its graph is checked.
+  void CountInto(ValueSlots& slots) const {
+    slots.num_ops = num_ops_;
+    slots.num_leaves = num_leaves_;
+  }
+
   // Checks one graph whose ops are named within `scope` (Note [Naming ops in errors]); depth
   // is how many checkpoint bodies enclose it. Fills slots, which must be empty, with the
   // graph's slots.
@@ -409,7 +420,22 @@ class Validator {
 absl::StatusOr<std::unique_ptr<const ValueSlots>> Validate(const Graph& graph,
                                                            const Limits& limits) {
   auto slots = std::make_unique<ValueSlots>();
-  if (absl::Status s = Validator(limits).CheckGraph(graph, "", 0, *slots); !s.ok()) return s;
+  Validator validator(limits);
+  if (absl::Status s = validator.CheckGraph(graph, "", 0, *slots); !s.ok()) return s;
+  validator.CountInto(*slots);
+  return slots;
+}
+
+absl::StatusOr<std::unique_ptr<const ValueSlots>> ValidateExtension(const Graph& extension,
+                                                                    const ValueSlots& extended,
+                                                                    const Limits& limits) {
+  auto slots = std::make_unique<ValueSlots>();
+  slots->by_name = extended.by_name;
+  slots->num_values = extended.num_values;
+  Validator validator(limits);
+  validator.StartFrom(extended);
+  if (absl::Status s = validator.CheckGraph(extension, "", 0, *slots); !s.ok()) return s;
+  validator.CountInto(*slots);
   return slots;
 }
 

@@ -31,18 +31,24 @@ namespace gradserve::graph {
 struct ValueSlots {
   static constexpr int64_t kNoSlot = -1;
 
-  // Values the graph defines: formal inputs, leaves and op outputs.
+  // Values the graph defines: formal inputs, leaves and op outputs. For an extension
+  // (ValidateExtension), the values it extends are the first slots and are counted here too.
   int64_t num_values = 0;
+  // Ops and leaves, those of checkpoint bodies included, and, for an extension, those of the
+  // graph it extends: what max_ops and max_leaves bound.
+  int64_t num_ops = 0;
+  int64_t num_leaves = 0;
   // What the ops read, in op order (Note [Value slots]).
   std::vector<int64_t> reads;
   // The slots of graph.outputs (checkpoint bodies).
   std::vector<int64_t> results;
   // Each op's schema (FindOpSchema), in op order. Graph-level ops' schemas have no `run`.
   std::vector<const ops::OpSchema*> schemas;
-  // Every name's slot. The keys view the graph's strings: the graph must outlive this.
+  // Every name's slot; an extension's holds the names it extends too. The keys view the
+  // graph's strings (and the extended graphs'): they must outlive this.
   absl::flat_hash_map<absl::string_view, int64_t> by_name;
   // Whether an op of the graph, or of a body it holds, writes in place (Note [Leaves written
-  // in place] in interpreter.cc).
+  // in place] in interpreter.cc); for an extension, an op of the extension.
   bool writes_in_place = false;
   // The slots of each checkpoint body the graph's ops hold, by the body's address.
   absl::flat_hash_map<const Graph*, std::unique_ptr<const ValueSlots>> bodies;

@@ -50,6 +50,8 @@ const char* RpcName(Rpc rpc) {
       return "Forward";
     case Rpc::kBackward:
       return "Backward";
+    case Rpc::kExtend:
+      return "Extend";
     case Rpc::kRelease:
       return "Release";
     case Rpc::kPing:

@@ -36,11 +36,12 @@ enum class Rpc {
   kComputeGradientsStream,
   kForward,
   kBackward,
+  kExtend,
   kRelease,
   kPing,
   kGetServerInfo,
 };
-inline constexpr int kRpcs = 7;
+inline constexpr int kRpcs = 8;
 const char* RpcName(Rpc rpc);
 
 // Why a grad call was refused before it was admitted (the reason label).

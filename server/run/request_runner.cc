@@ -52,6 +52,27 @@ absl::Status RequestRunner::ReserveResponse(int64_t bytes,
   return absl::OkStatus();
 }
 
+absl::Status RequestRunner::ReturnValues(
+    const graph::RecordedGraph& g, const google::protobuf::RepeatedPtrField<std::string>& names,
+    v1::GradResponse* response, ChunkedResponse* deferred) {
+  for (int i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    absl::StatusOr<Tensor> value = g.Value(name);
+    if (!value.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("return_values[", i, "]: the graph has no value named ", Quote(name)));
+    }
+    if (absl::Status s = ReserveResponse(static_cast<int64_t>(value->nbytes()), g.budget());
+        !s.ok()) {
+      return Prefixed(s, absl::StrCat("return_values[", i, "]: "));
+    }
+    v1::NamedTensor* out = response->add_values();
+    out->set_name(name);
+    ToProto(*value, out->mutable_value(), deferred);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RequestRunner::RunCalls(graph::RecordedGraph& g,
                                      const std::vector<graph::BackwardCall>& calls,
                                      const std::shared_ptr<autograd::CancellationToken>& cancel,
@@ -103,20 +124,8 @@ absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const gra
   recorded_ = *std::move(recorded);
   graph::RecordedGraph& g = *recorded_;
   response->set_num_nodes(g.num_nodes());
-
-  for (int i = 0; i < request.return_values_size(); ++i) {
-    const std::string& name = request.return_values(i);
-    absl::StatusOr<Tensor> value = g.Value(name);
-    if (!value.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("return_values[", i, "]: the graph has no value named ", Quote(name)));
-    }
-    if (absl::Status s = ReserveResponse(static_cast<int64_t>(value->nbytes()), nullptr); !s.ok()) {
-      return Prefixed(s, absl::StrCat("return_values[", i, "]: "));
-    }
-    v1::NamedTensor* out = response->add_values();
-    out->set_name(name);
-    ToProto(*value, out->mutable_value(), deferred);
+  if (absl::Status s = ReturnValues(g, request.return_values(), response, deferred); !s.ok()) {
+    return s;
   }
   const absl::Time forward_done = absl::Now();
   timings->set_forward_us(Micros(forward_done - picked));
@@ -174,6 +183,36 @@ absl::Status RequestRunner::RunBackward(graph::RecordedGraph& g, const v1::GradR
     }
     const absl::Time done = absl::Now();
     timings->set_backward_us(Micros(done - picked));
+    timings->set_total_us(Micros(done - admitted));
+    return absl::OkStatus();
+  });
+}
+
+absl::Status RequestRunner::RunExtend(graph::RecordedGraph& g, const v1::GradRequest& extension,
+                                      const graph::Limits& limits,
+                                      const std::shared_ptr<autograd::CancellationToken>& cancel,
+                                      absl::Time admitted, v1::GradResponse* response) {
+  response->set_request_id(extension.request_id());
+  return Catching([&]() -> absl::Status {
+    const absl::Time picked = absl::Now();
+    v1::Timings* timings = response->mutable_timings();
+    timings->set_queue_us(Micros(picked - admitted));
+    if (absl::Status s = cancel->Check(); !s.ok()) return s;
+    absl::StatusOr<EngineRequest> converted;
+    {
+      // The extension's leaves are the session's from now on (Note [Extending a recorded graph]).
+      MemoryBudgetScope session_memory(&g.budget());
+      converted = FromProto(extension, limits, nullptr, nullptr);
+    }
+    if (!converted.ok()) return converted.status();
+    absl::StatusOr<int64_t> nodes = g.Extend(std::move(converted->graph), cancel);
+    if (!nodes.ok()) return nodes.status();
+    response->set_num_nodes(*nodes);
+    if (absl::Status s = ReturnValues(g, extension.return_values(), response, nullptr); !s.ok()) {
+      return s;
+    }
+    const absl::Time done = absl::Now();
+    timings->set_forward_us(Micros(done - picked));
     timings->set_total_us(Micros(done - admitted));
     return absl::OkStatus();
   });

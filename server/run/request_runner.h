@@ -86,6 +86,16 @@ class RequestRunner {
                            const std::shared_ptr<autograd::CancellationToken>& cancel,
                            absl::Time admitted, v1::GradResponse* response);
 
+  // Converts extension's graph and runs it over g, a graph recorded earlier (Note [Extending a
+  // recorded graph] in engine/graph/interpreter.h), stopped by cancel; its leaves and what it
+  // records are charged to g's budget. Fills response's values (extension.return_values, which
+  // may name any of g's values), num_nodes (the extension's) and timings. extension's calls
+  // are ignored. The caller runs no other call on g meanwhile. Errors as Run's.
+  absl::Status RunExtend(graph::RecordedGraph& g, const v1::GradRequest& extension,
+                         const graph::Limits& limits,
+                         const std::shared_ptr<autograd::CancellationToken>& cancel,
+                         absl::Time admitted, v1::GradResponse* response);
+
   // Charges bytes more of the response (its serialized form) to the request's memory budget,
   // or to fallback if the request recorded nothing, until the runner is destroyed (Note
   // [Budgets within a budget]). Run already charged the tensors it copied into the response.
@@ -97,6 +107,12 @@ class RequestRunner {
                           const std::shared_ptr<autograd::CancellationToken>& cancel,
                           absl::Time admitted, v1::GradResponse* response, ChunkedRequest* chunked,
                           ChunkedResponse* deferred, const std::string* op_records, bool held);
+  // Copies the values of g that names name into response->values, in order, charging them to
+  // the response (ReserveResponse, falling back to g's budget). INVALID_ARGUMENT naming a name g
+  // has no value for.
+  absl::Status ReturnValues(const graph::RecordedGraph& g,
+                            const google::protobuf::RepeatedPtrField<std::string>& names,
+                            v1::GradResponse* response, ChunkedResponse* deferred);
   // Runs calls over g, in order, into out_calls, charging their gradients to the response.
   // cancel, if not null, replaces g's token (Note [A held graph's token]).
   absl::Status RunCalls(graph::RecordedGraph& g, const std::vector<graph::BackwardCall>& calls,

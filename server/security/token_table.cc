@@ -119,7 +119,8 @@ uint32_t PermissionFor(absl::string_view path) {
   if (path == "/gradserve.v1.GradService/ComputeGradients" ||
       path == "/gradserve.v1.GradService/ComputeGradientsStream" ||
       path == "/gradserve.v1.GradService/Ping" || path == "/gradserve.v1.GradService/Forward" ||
-      path == "/gradserve.v1.GradService/Backward" || path == "/gradserve.v1.GradService/Release") {
+      path == "/gradserve.v1.GradService/Backward" || path == "/gradserve.v1.GradService/Extend" ||
+      path == "/gradserve.v1.GradService/Release") {
     return kPermitGrad;
   }
   return kPermitAll;

@@ -8,12 +8,12 @@
 // NAME names the client (in the log), TENANT the tenant whose shares its calls draw from
 // (Note [Tenants' shares] in server/security/tenants.h), SHA256_HEX the SHA-256 of its bearer
 // token in hex, as `printf %s TOKEN | sha256sum` prints it, and METHODS a comma-separated list
-// of what it may call: `grad` (ComputeGradients, ComputeGradientsStream, Ping, the session calls Forward, Backward and Release), `info`
-// (GetServerInfo), `reflection` (server reflection) or `all`; `grad` if absent. The token itself
-// is never stored, so a leaked file (a backup, a ConfigMap by mistake) gives no one access. The
-// Python and Node.js clients' tests write files of this format: it is fixed.
-// A client sends its token as `authorization: Bearer TOKEN`, over TLS only (Note [Who may call]
-// in server/security/token_auth.h).
+// of what it may call: `grad` (ComputeGradients, ComputeGradientsStream, Ping, the session calls
+// Forward, Backward, Extend and Release), `info` (GetServerInfo), `reflection` (server reflection)
+// or `all`; `grad` if absent. The token itself is never stored, so a leaked file (a backup, a
+// ConfigMap by mistake) gives no one access. The Python and Node.js clients' tests write files of
+// this format: it is fixed. A client sends its token as `authorization: Bearer TOKEN`, over TLS
+// only (Note [Who may call] in server/security/token_auth.h).
 //
 // Note [Tokens compared in constant time]
 // The presented token is hashed with SHA-256 and its digest compared with every entry's with

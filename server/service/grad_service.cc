@@ -45,6 +45,8 @@ const char* LogName(metrics::Rpc rpc) {
       return "forward";
     case metrics::Rpc::kBackward:
       return "backward";
+    case metrics::Rpc::kExtend:
+      return "extend";
     case metrics::Rpc::kRelease:
       return "release";
     case metrics::Rpc::kPing:
@@ -286,7 +288,7 @@ class GradService::StreamGradReactor final
 
   // Ends an admitted call that did not reach a worker.
   void FailEarly(const absl::Status& status) {
-    service_->Release(request_.request_id(), trace_.value, kStream, tenant_, status, received_at_,
+    service_->EndCall(request_.request_id(), trace_.value, kStream, tenant_, status, received_at_,
                       0, received_.size(), 0);
     received_.Clear();
     Finish(ToGrpcStatus(status));
@@ -387,13 +389,13 @@ grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerCont
   if (absl::Status s = request_memory.Grow(static_cast<int64_t>(request->Length())); !s.ok()) {
     const absl::Status refused = absl::ResourceExhaustedError(
         absl::StrCat("the server cannot hold this request now: ", s.message()));
-    Release(UnaryMessages::PeekRequestId(*request), trace.value, kUnary, *tenant, refused, received,
+    EndCall(UnaryMessages::PeekRequestId(*request), trace.value, kUnary, *tenant, refused, received,
             0, static_cast<int64_t>(request->Length()), 0);
     return FinishNow(context, ToGrpcStatus(refused));
   }
   UnaryMessages::Ptr messages = UnaryMessages::Take();
   if (const absl::Status parsed = messages->ParseRequest(*request); !parsed.ok()) {
-    Release(UnaryMessages::PeekRequestId(*request), trace.value, kUnary, *tenant, parsed, received,
+    EndCall(UnaryMessages::PeekRequestId(*request), trace.value, kUnary, *tenant, parsed, received,
             0, messages->request_bytes(), 0);
     return FinishNow(context, ToGrpcStatus(parsed));
   }
@@ -546,12 +548,12 @@ absl::Status GradService::Run(const Job& job, RequestRunner& runner) {
     status = runner.ReserveResponse(bytes_out, BudgetOf(job.tenant));
     if (!status.ok()) bytes_out = 0;
   }
-  Release(job.request->request_id(), job.trace, job.rpc, job.tenant, status, job.received,
+  EndCall(job.request->request_id(), job.trace, job.rpc, job.tenant, status, job.received,
           job.response->num_nodes(), job.request_bytes, bytes_out, &job.response->timings());
   return status;
 }
 
-void GradService::Release(const std::string& request_id, absl::string_view trace, metrics::Rpc rpc,
+void GradService::EndCall(const std::string& request_id, absl::string_view trace, metrics::Rpc rpc,
                           Tenant* tenant, const absl::Status& status, absl::Time received,
                           int64_t nodes, int64_t bytes_in, int64_t bytes_out,
                           const v1::Timings* timings) {

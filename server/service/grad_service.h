@@ -72,8 +72,9 @@ class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeG
                                       v1::GradService::WithCallbackMethod_Ping<
                                           v1::GradService::WithCallbackMethod_Forward<
                                               v1::GradService::WithCallbackMethod_Backward<
-                                                  v1::GradService::WithCallbackMethod_Release<
-                                                      v1::GradService::Service>>>>>>> {
+                                                  v1::GradService::WithCallbackMethod_Extend<
+                                                      v1::GradService::WithCallbackMethod_Release<
+                                                          v1::GradService::Service>>>>>>>> {
  public:
   // auth: the token file's processor (Note [Who may call]), or null: one implicit tenant.
   explicit GradService(ServerOptions options, std::shared_ptr<TokenAuth> auth = nullptr);
@@ -92,13 +93,17 @@ class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeG
                                  v1::PingResponse* response) override;
 
   // Graph sessions (Note [Graph sessions] in server/session/session_store.h), in
-  // session_calls.cc. Forward and Backward are grad calls: admitted, run on the pool, logged.
+  // session_calls.cc. Forward, Backward and Extend are grad calls: admitted, run on the pool,
+  // logged.
   grpc::ServerUnaryReactor* Forward(grpc::CallbackServerContext* context,
                                     const v1::ForwardRequest* request,
                                     v1::ForwardResponse* response) override;
   grpc::ServerUnaryReactor* Backward(grpc::CallbackServerContext* context,
                                      const v1::BackwardRequest* request,
                                      v1::BackwardResponse* response) override;
+  grpc::ServerUnaryReactor* Extend(grpc::CallbackServerContext* context,
+                                   const v1::ExtendRequest* request,
+                                   v1::ExtendResponse* response) override;
   grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* context,
                                     const v1::ReleaseRequest* request,
                                     v1::ReleaseResponse* response) override;
@@ -162,21 +167,33 @@ class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeG
   absl::Status Admit(Tenant* tenant, metrics::RejectReason* reason);
   // Queues an admitted job on the worker pool, where Run runs it and job.done follows.
   void Execute(Job job);
-  // Runs an admitted job on this thread with runner and ends its accounting (Release); returns
+  // Runs an admitted job on this thread with runner and ends its accounting (EndCall); returns
   // its status. The caller destroys runner once the response is on its way (Note [Teardown after
   // the reply]).
   absl::Status Run(const Job& job, RequestRunner& runner);
   // Ends an admitted call's accounting: counters, metrics, the log line (through refusal_log_
   // for a failure), admission released. timings: the engine's, if the call reached it.
   // trace: the call's trace id (Note [Trace ids]), or empty.
-  void Release(const std::string& request_id, absl::string_view trace, metrics::Rpc rpc,
+  void EndCall(const std::string& request_id, absl::string_view trace, metrics::Rpc rpc,
                Tenant* tenant, const absl::Status& status, absl::Time received, int64_t nodes,
                int64_t bytes_in, int64_t bytes_out, const v1::Timings* timings = nullptr);
-  // A Forward or Backward call's tenant, admitted; or its refusal, already counted and logged
-  // (Reject).
+  // A session call's tenant, admitted; or its refusal, already counted and logged (Reject).
   absl::StatusOr<Tenant*> AdmitSessionCall(const grpc::CallbackServerContext* context,
-                                           const std::string& request_id,
-                                           const std::string& trace, metrics::Rpc rpc);
+                                           const std::string& request_id, const std::string& trace,
+                                           metrics::Rpc rpc);
+  // A session call's work on an engine worker: fills the call's response and *nodes (the
+  // Nodes it recorded, for the log) and returns the call's status.
+  using SessionWork = std::function<absl::Status(
+      Tenant* tenant, const std::shared_ptr<autograd::CancellationToken>& cancel,
+      absl::Time received, int64_t bytes_in, int64_t* nodes)>;
+  // Forward, Backward and Extend (session_calls.cc): admits the call as rpc, runs work on the
+  // worker pool, then ends the call's accounting (EndCall) with request's and response's
+  // sizes. request, request_id and response are the call's, alive until it finishes.
+  grpc::ServerUnaryReactor* StartSessionCall(grpc::CallbackServerContext* context,
+                                             const google::protobuf::Message& request,
+                                             const std::string& request_id,
+                                             const google::protobuf::Message& response,
+                                             metrics::Rpc rpc, SessionWork work);
   // Finishes a call answered at once, taking no engine slot (Ping, GetServerInfo, Release),
   // with status, counting it in the metrics under rpc and tenant (null: none or unknown);
   // received: when it arrived. No log line: these calls are cheap and many.

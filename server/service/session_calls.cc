@@ -1,4 +1,4 @@
-// GradService's session calls: Forward, Backward and Release (Note [Graph sessions] in
+// GradService's session calls: Forward, Backward, Extend and Release (Note [Graph sessions] in
 // server/session/session_store.h).
 
 #include <functional>
@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engine/tensor/memory_budget.h"
@@ -26,6 +27,33 @@ absl::Status SessionRefusal(const absl::Status& status) {
   return absl::UnavailableError(
       "the server is shutting down and ended its sessions; run the forward pass again on "
       "another replica");
+}
+
+// Charges the request, and the copy of it the runner reads, to reservation while the call runs.
+// RESOURCE_EXHAUSTED when they do not fit.
+absl::Status HoldRequest(MemoryReservation& reservation, int64_t bytes_in) {
+  absl::Status status = reservation.Grow(2 * bytes_in);
+  if (status.ok()) return status;
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the server cannot hold this request now: ", status.message()));
+}
+
+// Runs run on the graph of tenant's session id, one call at a time (Note [Concurrent backward
+// calls on a session]), with budget (the tenant's) current, and marks the use done. NOT_FOUND
+// naming the id if the store does not hold it for tenant.
+absl::Status OnSession(SessionStore& sessions, const Tenant* tenant, const std::string& id,
+                       const std::shared_ptr<MemoryBudget>& budget,
+                       absl::FunctionRef<absl::Status(graph::RecordedGraph&)> run) {
+  absl::StatusOr<std::shared_ptr<Session>> session = sessions.Use(TenantKey(tenant), id);
+  if (!session.ok()) return session.status();
+  absl::Status status;
+  {
+    MutexLock lock(&(*session)->mutex());
+    MemoryBudgetScope server_memory(&budget);
+    status = run((*session)->graph());
+  }
+  sessions.Done(*session);
+  return status;
 }
 
 }  // namespace
@@ -70,30 +98,43 @@ absl::StatusOr<Tenant*> GradService::AdmitSessionCall(const grpc::CallbackServer
   return tenant;
 }
 
-grpc::ServerUnaryReactor* GradService::Forward(grpc::CallbackServerContext* context,
-                                               const v1::ForwardRequest* request,
-                                               v1::ForwardResponse* response) {
+grpc::ServerUnaryReactor* GradService::StartSessionCall(grpc::CallbackServerContext* context,
+                                                        const google::protobuf::Message& request,
+                                                        const std::string& request_id,
+                                                        const google::protobuf::Message& response,
+                                                        metrics::Rpc rpc, SessionWork work) {
   const absl::Time received = absl::Now();
   TraceId trace = TraceIdOf(*context);
   EchoTraceId(trace, context);  // Note [Trace ids]
-  absl::StatusOr<Tenant*> tenant =
-      AdmitSessionCall(context, request->request_id(), trace.value, metrics::Rpc::kForward);
+  absl::StatusOr<Tenant*> tenant = AdmitSessionCall(context, request_id, trace.value, rpc);
   if (!tenant.ok()) return FinishNow(context, ToGrpcStatus(tenant.status()));
   return new SessionReactor(
       this, context,
-      [this, tenant = *tenant, request, response, received,
-       trace = std::move(trace.value)](const std::shared_ptr<autograd::CancellationToken>& cancel) {
-        const int64_t bytes_in = static_cast<int64_t>(request->ByteSizeLong());
+      [this, tenant = *tenant, &request, &request_id, &response, rpc, received,
+       trace = std::move(trace.value),
+       work = std::move(work)](const std::shared_ptr<autograd::CancellationToken>& cancel) {
+        const int64_t bytes_in = static_cast<int64_t>(request.ByteSizeLong());
+        int64_t nodes = 0;
+        const absl::Status status = work(tenant, cancel, received, bytes_in, &nodes);
+        EndCall(request_id, trace, rpc, tenant, status, received, nodes, bytes_in,
+                status.ok() ? static_cast<int64_t>(response.ByteSizeLong()) : 0);
+        return status;
+      });
+}
+
+grpc::ServerUnaryReactor* GradService::Forward(grpc::CallbackServerContext* context,
+                                               const v1::ForwardRequest* request,
+                                               v1::ForwardResponse* response) {
+  return StartSessionCall(
+      context, *request, request->request_id(), *response, metrics::Rpc::kForward,
+      [this, request, response](Tenant* tenant,
+                                const std::shared_ptr<autograd::CancellationToken>& cancel,
+                                absl::Time received, int64_t bytes_in, int64_t* nodes) {
         v1::GradResponse out;
         absl::Status status;
         {
-          // The request, and the copy of it the runner reads, while the forward pass runs.
           MemoryReservation request_memory(BudgetOf(tenant));
-          status = request_memory.Grow(2 * bytes_in);
-          if (!status.ok()) {
-            status = absl::ResourceExhaustedError(
-                absl::StrCat("the server cannot hold this request now: ", status.message()));
-          }
+          status = HoldRequest(request_memory, bytes_in);
           RequestRunner runner;
           if (status.ok()) {
             // The forward pass: a GradRequest without calls.
@@ -115,15 +156,12 @@ grpc::ServerUnaryReactor* GradService::Forward(grpc::CallbackServerContext* cont
             }
           }
         }
-        if (status.ok()) {
-          response->set_request_id(request->request_id());
-          response->mutable_values()->Swap(out.mutable_values());
-          response->set_num_nodes(out.num_nodes());
-          *response->mutable_timings() = out.timings();
-        }
-        Release(request->request_id(), trace, metrics::Rpc::kForward, tenant, status, received,
-                out.num_nodes(), bytes_in,
-                status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0);
+        *nodes = out.num_nodes();
+        if (!status.ok()) return status;
+        response->set_request_id(request->request_id());
+        response->mutable_values()->Swap(out.mutable_values());
+        response->set_num_nodes(out.num_nodes());
+        *response->mutable_timings() = out.timings();
         return status;
       });
 }
@@ -131,44 +169,61 @@ grpc::ServerUnaryReactor* GradService::Forward(grpc::CallbackServerContext* cont
 grpc::ServerUnaryReactor* GradService::Backward(grpc::CallbackServerContext* context,
                                                 const v1::BackwardRequest* request,
                                                 v1::BackwardResponse* response) {
-  const absl::Time received = absl::Now();
-  TraceId trace = TraceIdOf(*context);
-  EchoTraceId(trace, context);  // Note [Trace ids]
-  absl::StatusOr<Tenant*> tenant =
-      AdmitSessionCall(context, request->request_id(), trace.value, metrics::Rpc::kBackward);
-  if (!tenant.ok()) return FinishNow(context, ToGrpcStatus(tenant.status()));
-  return new SessionReactor(
-      this, context,
-      [this, tenant = *tenant, request, response, received,
-       trace = std::move(trace.value)](const std::shared_ptr<autograd::CancellationToken>& cancel) {
-        const int64_t bytes_in = static_cast<int64_t>(request->ByteSizeLong());
+  return StartSessionCall(
+      context, *request, request->request_id(), *response, metrics::Rpc::kBackward,
+      [this, request, response](Tenant* tenant,
+                                const std::shared_ptr<autograd::CancellationToken>& cancel,
+                                absl::Time received, int64_t /*bytes_in*/, int64_t* /*nodes*/) {
+        v1::GradRequest grad;  // the calls alone
+        grad.set_request_id(request->request_id());
+        *grad.mutable_calls() = request->calls();
         v1::GradResponse out;
-        absl::Status status = [&]() -> absl::Status {
-          absl::StatusOr<std::shared_ptr<Session>> session =
-              sessions_->Use(TenantKey(tenant), request->session_id());
-          if (!session.ok()) return session.status();
-          v1::GradRequest grad;  // the calls alone
-          grad.set_request_id(request->request_id());
-          *grad.mutable_calls() = request->calls();
+        RequestRunner runner;
+        const absl::Status status =
+            OnSession(*sessions_, tenant, request->session_id(), BudgetOf(tenant),
+                      [&](graph::RecordedGraph& g) {
+                        return runner.RunBackward(g, grad, options_.limits, cancel, received, &out);
+                      });
+        if (!status.ok()) return status;
+        response->set_request_id(request->request_id());
+        response->mutable_calls()->Swap(out.mutable_calls());
+        *response->mutable_timings() = out.timings();
+        return status;
+      });
+}
+
+grpc::ServerUnaryReactor* GradService::Extend(grpc::CallbackServerContext* context,
+                                              const v1::ExtendRequest* request,
+                                              v1::ExtendResponse* response) {
+  return StartSessionCall(
+      context, *request, request->request_id(), *response, metrics::Rpc::kExtend,
+      [this, request, response](Tenant* tenant,
+                                const std::shared_ptr<autograd::CancellationToken>& cancel,
+                                absl::Time received, int64_t bytes_in, int64_t* nodes) {
+        v1::GradResponse out;
+        absl::Status status;
+        {
+          MemoryReservation request_memory(BudgetOf(tenant));
+          status = HoldRequest(request_memory, bytes_in);
           RequestRunner runner;
-          absl::Status s;
-          {
-            // Note [Concurrent backward calls on a session]
-            MutexLock lock(&(*session)->mutex());
-            MemoryBudgetScope server_memory(&BudgetOf(tenant));
-            s = runner.RunBackward((*session)->graph(), grad, options_.limits, cancel, received,
-                                   &out);
+          if (status.ok()) {
+            v1::GradRequest grad;  // the extension's graph, without calls
+            grad.set_request_id(request->request_id());
+            *grad.mutable_graph() = request->graph();
+            *grad.mutable_return_values() = request->return_values();
+            status = OnSession(*sessions_, tenant, request->session_id(), BudgetOf(tenant),
+                               [&](graph::RecordedGraph& g) {
+                                 return runner.RunExtend(g, grad, options_.limits, cancel, received,
+                                                         &out);
+                               });
           }
-          sessions_->Done(*session);
-          return s;
-        }();
-        if (status.ok()) {
-          response->set_request_id(request->request_id());
-          response->mutable_calls()->Swap(out.mutable_calls());
-          *response->mutable_timings() = out.timings();
         }
-        Release(request->request_id(), trace, metrics::Rpc::kBackward, tenant, status, received, 0,
-                bytes_in, status.ok() ? static_cast<int64_t>(response->ByteSizeLong()) : 0);
+        *nodes = out.num_nodes();
+        if (!status.ok()) return status;
+        response->set_request_id(request->request_id());
+        response->mutable_values()->Swap(out.mutable_values());
+        response->set_num_nodes(out.num_nodes());
+        *response->mutable_timings() = out.timings();
         return status;
       });
 }

@@ -219,7 +219,7 @@ _WRAPPER = """#!/bin/bash
 # The doc test's gradserve: the real one, with the test's server as the default --target.
 real={real}
 case "$1" in
-  ping|grad|info|health|load)
+  ping|grad|info|health|load|session)
     for arg in "$@"; do
       case "$arg" in --target|--target=*) exec "$real" "$@" ;; esac
     done

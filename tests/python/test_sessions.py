@@ -1,6 +1,7 @@
 """Graph sessions (docs/sessions.md) through the Python client against a real server: the
 forward values and each backward call's gradients equal PyTorch's for the same graph, the
-seeds chosen after a look at the outputs; retain_graph as in PyTorch; the context manager
+seeds chosen after a look at the outputs; retain_graph as in PyTorch; Extend adds a loss chosen
+after a look at the outputs, and backward from it equals PyTorch's; the context manager
 releases.
 
 Run: GRADSERVE_SERVER=... GRADSERVE_PY_STUBS=... /usr/bin/python3 tests/python/test_sessions.py
@@ -92,6 +93,54 @@ class SessionTest(unittest.TestCase):
             second = s.backward([call])
         np.testing.assert_allclose(second[0]["x"], x.grad.numpy(), rtol=1e-12)
         np.testing.assert_allclose(second[0]["w"], w.grad.numpy(), rtol=1e-12)
+
+    def test_extend_then_backward_matches_pytorch(self):
+        x, w, y, _ = torch_model()
+        with self.client.forward(model(), return_values=["y"]) as s:
+            # A target the client picks only after seeing the outputs, then a loss against it.
+            target = np.round(s.values["y"])
+            new = s.extend(GraphBuilder()
+                           .leaf("target", target)
+                           .op("mse_loss", ["y", "target"], out="mse"),
+                           return_values=["mse"])
+            mse = torch.nn.functional.mse_loss(y, torch.tensor(target))
+            np.testing.assert_allclose(new["mse"], mse.detach().numpy(), rtol=1e-12)
+            self.assertEqual(s.values["mse"], new["mse"])
+            # A second extension reads the first's value and an original one.
+            s.extend(GraphBuilder()
+                     .leaf("scale", np.array(3.0))
+                     .op("mul", ["mse", "scale"], out="scaled")
+                     .op("sum", ["h"], out="hsum")
+                     .op("add", ["scaled", "hsum"], out="total"))
+            total = mse * 3.0 + (x @ w).sum()
+            gx, gw = torch.autograd.grad(total, [x, w], retain_graph=True)
+            calls = s.backward([backward_call("total", inputs=["x", "w"], retain_graph=True)])
+            np.testing.assert_allclose(calls[0]["x"], gx.numpy(), rtol=1e-12)
+            np.testing.assert_allclose(calls[0]["w"], gw.numpy(), rtol=1e-12)
+            # The forward graph's own roots still work.
+            gx, = torch.autograd.grad(y.sum(), [x])
+            calls = s.backward([backward_call("loss", inputs=["x"])])
+            np.testing.assert_allclose(calls[0]["x"], gx.numpy(), rtol=1e-12)
+
+    def test_extend_refuses_unknown_and_repeated_names(self):
+        with self.client.forward(model()) as s:
+            with self.assertRaises(GradserveError) as e:
+                s.extend(GraphBuilder().op("exp", ["nope"], out="e"))
+            self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("'nope'", e.exception.message)
+            with self.assertRaises(GradserveError) as e:
+                s.extend(GraphBuilder().op("exp", ["y"], out="loss"))
+            self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("'loss'", e.exception.message)
+            # Neither left anything behind: the session goes on.
+            s.extend(GraphBuilder().op("exp", ["loss"], out="e"))
+            calls = s.backward([backward_call("e", inputs=["x"])])
+            self.assertEqual(calls[0]["x"].shape, X.shape)
+        s.release()
+        with self.assertRaises(GradserveError) as e:
+            s.extend(GraphBuilder().op("exp", ["y"], out="e2"))
+        self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertIn(s.session_id, e.exception.message)
 
     def test_released_session_is_not_found(self):
         s = self.client.forward(model())

@@ -364,6 +364,26 @@ class Session:
             "Backward", lambda t: self._stub.Backward(request, timeout=t), timeout)
         return [CallResult(c) for c in response.calls]
 
+    def extend(self, graph: Union[GraphBuilder, graph_pb2.Graph], *,
+               return_values: Iterable[str] = (), request_id: str = "",
+               timeout: Optional[float] = None) -> Dict[str, np.ndarray]:
+        """Runs more ops over the session's values and adds them to its held graph, as if they
+        had ended the forward graph (docs/sessions.md, "Extending a session"): graph's ops may
+        read any value of the session by name and define new ones, and later backward calls
+        may start from those. graph: a GraphBuilder (its backward calls are ignored) or a
+        Graph. return_values: values to return, new or old; they are also added to
+        self.values. Returns them by name. Raises GradserveError (INVALID_ARGUMENT naming an
+        unknown or repeated name)."""
+        message = graph.graph() if isinstance(graph, GraphBuilder) else graph
+        request = gradserve_pb2.ExtendRequest(request_id=request_id, session_id=self.session_id,
+                                              graph=message, return_values=list(return_values))
+        response = self._client._call(
+            "Extend", lambda t: self._stub.Extend(request, timeout=t), timeout)
+        values = {v.name: from_tensor(v.value) for v in response.values}
+        self.values.update(values)
+        self.num_nodes += response.num_nodes
+        return values
+
     def release(self, timeout: Optional[float] = None) -> None:
         """Ends the session on the server, freeing its memory; a second release does nothing."""
         if self._released:

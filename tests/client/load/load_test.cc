@@ -1,5 +1,6 @@
 // The load generator against real servers: closed and open loop, count, duration and time
-// bounds, warm-up, round-robin over two servers, streamed requests, errors by status code.
+// bounds, warm-up, round-robin over two servers, streamed requests, errors by status code,
+// graph sessions.
 
 #include <cstdio>
 #include <fstream>
@@ -182,6 +183,30 @@ TEST(LoadGeneratorTest, RoundRobinOverTwoServers) {
   EXPECT_EQ(on_a + on_b, 44);
   EXPECT_GT(on_a, 0);
   EXPECT_GT(on_b, 0);
+}
+
+// Note [Session load]: Forward and Backward calls, each timed, over two servers; every
+// session's calls reach the server that holds it (no NOT_FOUND), and none is left held.
+TEST(LoadGeneratorTest, SessionScenarioKeepsSessionsOnTheirServerAndReleasesThem) {
+  LocalServer a, b;
+  LoadOptions o = Options(a.target());
+  o.targets = {a.target(), b.target()};
+  o.connections = 2;
+  o.concurrency = 3;
+  o.requests = 60;
+  o.warmup = 4;
+  WorkloadSpec spec;
+  spec.scenario = "session";
+  spec.session_backward_calls = 4;
+  absl::StatusOr<LoadResult> r = RunLoad(o, MakeOrDie(spec));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->ok, 60) << (r->status_counts.empty() ? "" : r->status_counts.begin()->first);
+  for (LocalServer* s : {&a, &b}) {
+    EXPECT_EQ(s->server().service().sessions().size(), 0);
+    EXPECT_EQ(s->server().service().memory()->used(), 0);
+  }
+  spec.session_backward_calls = 0;
+  EXPECT_EQ(MakeWorkload(spec).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(LoadGeneratorTest, ClosedLoopByDuration) {

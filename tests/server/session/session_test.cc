@@ -1,7 +1,7 @@
 // Graph sessions (Note [Graph sessions] in server/session/session_store.h) on a real server:
-// Forward, Backward (again, with and without retain_graph), Release, the TTL, the per-tenant
-// cap, memory back to zero, draining, and the same values and gradients as the one-shot
-// ComputeGradients request's.
+// Forward, Backward (again, with and without retain_graph), Extend, Release, the TTL, the
+// per-tenant cap, memory back to zero, draining, and the same values and gradients as the
+// one-shot ComputeGradients request's.
 
 #include <future>
 #include <memory>
@@ -89,6 +89,18 @@ class SessionTest : public ::testing::Test {
     for (const v1::BackwardCall& call : calls) *request.add_calls() = call;
     grpc::ClientContext context;
     return stub_->Backward(&context, request, response != nullptr ? response : &local);
+  }
+  grpc::Status Extend(const std::string& id, const v1::Graph& graph,
+                      const std::vector<std::string>& return_values = {},
+                      v1::ExtendResponse* response = nullptr) {
+    v1::ExtendResponse local;
+    v1::ExtendRequest request;
+    request.set_request_id("e");
+    request.set_session_id(id);
+    *request.mutable_graph() = graph;
+    for (const std::string& name : return_values) request.add_return_values(name);
+    grpc::ClientContext context;
+    return stub_->Extend(&context, request, response != nullptr ? response : &local);
   }
   grpc::Status Release(const std::string& id) {
     v1::ReleaseRequest request;
@@ -242,6 +254,121 @@ TEST_F(SessionTest, TwoBackwardCallsAtOnceRunOneAfterTheOther) {
   EXPECT_EQ(MemoryUsed(), 0);
 }
 
+// The ops Extend adds to Model(): loss2 = sum((y - t)^2) * s, with leaves t and s.
+v1::Graph Extension() {
+  RequestBuilder b;
+  b.Leaf("t", HostTensor::Float32({0.5f, -0.5f, 1}, {3}))
+      .Leaf("s", HostTensor::Float32({3}, {}))
+      .Op("sub", {"y", "t"}, {"d"})
+      .Op("mul", {"d", "d"}, {"dd"})
+      .Op("sum", {"dd"}, {"sq"})
+      .Op("mul", {"sq", "s"}, {"loss2"});
+  return b.request().graph();
+}
+
+v1::BackwardCall GradOf(const std::string& root) {
+  v1::BackwardCall call = GradCall(true);
+  call.set_roots(0, root);
+  return call;
+}
+
+TEST_F(SessionTest, ExtendThenBackwardEqualsOneShotRequest) {
+  // The one-shot request: Model() with the extension's leaves and ops at its end.
+  v1::GradRequest one_shot = Model();
+  const v1::Graph extension = Extension();
+  for (const v1::Leaf& leaf : extension.leaves()) *one_shot.mutable_graph()->add_leaves() = leaf;
+  for (const v1::Op& op : extension.ops()) *one_shot.mutable_graph()->add_ops() = op;
+  one_shot.add_return_values("loss2");
+  *one_shot.add_calls() = GradOf("loss2");
+  *one_shot.add_calls() = GradOf("loss");
+  absl::StatusOr<client::GradResult> expected = server_.client().Grad(one_shot);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+
+  const std::string id = MustForward();
+  const int64_t after_forward = MemoryUsed();
+  v1::ExtendResponse extended;
+  grpc::Status s = Extend(id, extension, {"loss2", "y"}, &extended);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(extended.values_size(), 2);
+  EXPECT_EQ(extended.values(0).name(), "loss2");
+  EXPECT_EQ(Values(extended.values(0).value()), expected->values.at(2).second.ToDoubles());
+  EXPECT_EQ(extended.num_nodes(), 4);      // sub, mul, sum, mul
+  EXPECT_GT(MemoryUsed(), after_forward);  // the extension counts against the session
+
+  v1::BackwardResponse backward;
+  s = Backward(id, {GradOf("loss2"), GradOf("loss")}, &backward);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(backward.calls_size(), 2);
+  for (int c = 0; c < 2; ++c) {
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_EQ(Values(backward.calls(c).gradients(k).value()),
+                expected->calls[c].gradients[k].value->ToDoubles())
+          << "call " << c << " input " << k;
+    }
+  }
+  ASSERT_TRUE(Release(id).ok());
+  EXPECT_EQ(MemoryUsed(), 0);
+}
+
+TEST_F(SessionTest, ExtendRefusesUnknownAndRepeatedNamesAndGoesOn) {
+  const std::string id = MustForward();
+  RequestBuilder unknown;
+  unknown.Op("exp", {"nope"}, {"e"});
+  grpc::Status s = Extend(id, unknown.request().graph());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("'nope'"), std::string::npos) << s.error_message();
+  RequestBuilder repeated;
+  repeated.Op("exp", {"y"}, {"loss"});
+  s = Extend(id, repeated.request().graph());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("'loss'"), std::string::npos) << s.error_message();
+  // An op that fails while running (shapes that do not broadcast) leaves nothing either.
+  RequestBuilder bad_shape;
+  bad_shape.Leaf("z", HostTensor::Float32({1, 2}, {2})).Op("add", {"y", "z"}, {"yz"});
+  s = Extend(id, bad_shape.request().graph());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  // The names those failed calls would have defined are free, and the session works.
+  RequestBuilder good;
+  good.Leaf("z", HostTensor::Float32({1, 2, 3}, {3}))
+      .Op("add", {"y", "z"}, {"yz"})
+      .Op("sum", {"yz"}, {"e"});
+  ASSERT_TRUE(Extend(id, good.request().graph()).ok());
+  EXPECT_TRUE(Backward(id, {GradOf("e")}).ok());
+  EXPECT_EQ(Extend("0123456789abcdef0123456789abcdef", good.request().graph()).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  ASSERT_TRUE(Release(id).ok());
+  s = Extend(id, good.request().graph());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(s.error_message().find(id), std::string::npos);
+  EXPECT_EQ(MemoryUsed(), 0);
+}
+
+// A session's graph and its extensions share the request memory limit.
+class SessionBudgetTest : public SessionTest {
+ protected:
+  SessionBudgetTest() : SessionTest(SmallOptions()) {}
+  static server::ServerOptions SmallOptions() {
+    server::ServerOptions options = Options();
+    options.limits.max_memory_bytes = 1 << 20;
+    return options;
+  }
+};
+
+TEST_F(SessionBudgetTest, ExtensionsCountAgainstTheSessionsMemoryLimit) {
+  const std::string id = MustForward();
+  auto extension = [](const std::string& name) {
+    RequestBuilder b;
+    b.Leaf(name, HostTensor::Float32(std::vector<float>(150'000, 1.0f), {150'000}));  // 600 kB
+    return b.request().graph();
+  };
+  ASSERT_TRUE(Extend(id, extension("a")).ok());
+  grpc::Status s = Extend(id, extension("b"));  // 1.2 MB with the first: over 1 MiB
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_TRUE(Backward(id, {GradCall(false)}).ok());
+  ASSERT_TRUE(Release(id).ok());
+  EXPECT_EQ(MemoryUsed(), 0);
+}
+
 class SessionTtlTest : public SessionTest {
  protected:
   SessionTtlTest() : SessionTest(TtlOptions()) {}
@@ -276,6 +403,8 @@ TEST_F(SessionTest, DrainingEndsSessions) {
   grpc::Status s = Backward(id, {GradCall(false)});
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_NE(s.error_message().find("ended its sessions"), std::string::npos);
+  s = Extend(id, Extension());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
   v1::ForwardResponse response;
   s = Forward(ForwardOf(Model()), &response);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
