@@ -80,9 +80,15 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 // A Client is a connection to one gradserve server or several. It is safe for concurrent use;
 // Close it when done.
 type Client struct {
-	conn   *grpc.ClientConn
-	stub   pb.GradServiceClient
-	health grpc_health_v1.HealthClient
+	target      string
+	dialOptions []grpc.DialOption
+	conn        *grpc.ClientConn
+	stub        pb.GradServiceClient
+	health      grpc_health_v1.HealthClient
+
+	sessionMu   sync.Mutex
+	sessionConn *grpc.ClientConn // sessions' calls (Forward), dialed on first use
+	closed      bool
 
 	limitsOnce sync.Mutex
 	limits     *pb.Limits
@@ -92,7 +98,9 @@ type Client struct {
 // [IPV6]:PORT, or a gRPC target such as "dns:///NAME:PORT" (a name whose addresses are the
 // servers, a Kubernetes headless Service). Calls are dealt to the addresses in turn
 // (round_robin) and a call that ends UNAVAILABLE or CANCELLED by a draining server is retried,
-// up to 4 attempts. Dial does not wait for a connection: the first call does.
+// up to 4 attempts. Dial does not wait for a connection: the first call does. Sessions
+// (Forward) go over a second connection to target, with pick_first and no retries, opened by
+// the first Forward: a session's calls all reach the replica that answered its Forward.
 //
 // Security (docs/security.md) as the gradserve tool's flags: WithTLS, WithClientCert,
 // WithToken, WithTokenFile; by default the token in GRADSERVE_TOKEN, if set. A token without
@@ -114,12 +122,7 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if token != "" && config == nil {
 		return nil, errors.New("gradserve: a token needs TLS (WithTLS): sent in plaintext it is anyone's who sees it")
 	}
-	grpcTarget, builder, err := resolveTarget(target)
-	if err != nil {
-		return nil, err
-	}
 	dial := []grpc.DialOption{
-		grpc.WithDefaultServiceConfig(ServiceConfig),
 		grpc.WithDisableServiceConfig(), // the DNS resolver's config does not replace ours
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32),
 			grpc.MaxCallSendMsgSize(math.MaxInt32)),
@@ -132,26 +135,69 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if token != "" {
 		dial = append(dial, grpc.WithPerRPCCredentials(bearer(token)))
 	}
+	c := &Client{target: target, dialOptions: append(dial, o.dialOptions...)}
+	if c.conn, err = c.dial(ServiceConfig); err != nil {
+		return nil, err
+	}
+	c.stub = pb.NewGradServiceClient(c.conn)
+	c.health = grpc_health_v1.NewHealthClient(c.conn)
+	return c, nil
+}
+
+// dial opens a connection to the client's target with serviceConfig (its load balancing).
+func (c *Client) dial(serviceConfig string) (*grpc.ClientConn, error) {
+	grpcTarget, builder, err := resolveTarget(c.target)
+	if err != nil {
+		return nil, err
+	}
+	dial := []grpc.DialOption{grpc.WithDefaultServiceConfig(serviceConfig)}
 	if builder != nil {
 		dial = append(dial, grpc.WithResolvers(builder))
 	}
-	conn, err := grpc.Dial(grpcTarget, append(dial, o.dialOptions...)...)
+	conn, err := grpc.Dial(grpcTarget, append(dial, c.dialOptions...)...)
 	if err != nil {
-		return nil, fmt.Errorf("gradserve: %s: %w", target, err)
+		return nil, fmt.Errorf("gradserve: %s: %w", c.target, err)
 	}
-	return &Client{conn: conn, stub: pb.NewGradServiceClient(conn),
-		health: grpc_health_v1.NewHealthClient(conn)}, nil
+	return conn, nil
+}
+
+// sessionStub is the stub of the session connection (pick_first, no retries: every call of a
+// session reaches the replica that answered its Forward), dialed on first use.
+func (c *Client) sessionStub() (pb.GradServiceClient, error) {
+	c.sessionMu.Lock()
+	defer c.sessionMu.Unlock()
+	if c.closed {
+		return nil, status.Error(codes.Canceled, "gradserve: the client is closed")
+	}
+	if c.sessionConn == nil {
+		conn, err := c.dial(SessionServiceConfig)
+		if err != nil {
+			return nil, err
+		}
+		c.sessionConn = conn
+	}
+	return pb.NewGradServiceClient(c.sessionConn), nil
 }
 
 // Close closes the connections; calls in flight end CANCELLED.
-func (c *Client) Close() error { return c.conn.Close() }
+func (c *Client) Close() error {
+	c.sessionMu.Lock()
+	c.closed = true
+	sessionConn := c.sessionConn
+	c.sessionMu.Unlock()
+	if sessionConn != nil {
+		sessionConn.Close()
+	}
+	return c.conn.Close()
+}
 
 // Conn is the underlying gRPC connection, for other services on the same server.
 func (c *Client) Conn() *grpc.ClientConn { return c.conn }
 
 // retry runs call up to maxAttempts times while it ends UNAVAILABLE, or CANCELLED while ctx
 // is not done (a draining server's GOAWAY), with gRPC's jittered exponential backoff. Safe:
-// every gradserve call is a pure function of its request.
+// every one-shot gradserve call is a pure function of its request. Session calls are never
+// retried (session.go).
 func retry(ctx context.Context, call func() error) error {
 	backoff := initialBackoff
 	for attempt := 1; ; attempt++ {
@@ -403,8 +449,22 @@ type Result struct {
 }
 
 func newResult(m *pb.GradResponse) (*Result, error) {
-	r := &Result{Values: map[string]Tensor{}, NumNodes: m.NumNodes, Response: m}
-	for _, call := range m.Calls {
+	calls, err := newCallResults(m.Calls)
+	if err != nil {
+		return nil, err
+	}
+	values, err := newValues(m.Values)
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Calls: calls, Values: values, NumNodes: m.NumNodes, Response: m}, nil
+}
+
+// newCallResults decodes the gradients of backward calls (a GradResponse's or a
+// BackwardResponse's).
+func newCallResults(calls []*pb.CallResult) ([]CallResult, error) {
+	var results []CallResult
+	for _, call := range calls {
 		cr := CallResult{Gradients: map[string]*Tensor{}, Connected: map[string]bool{}}
 		for _, g := range call.Gradients {
 			cr.Names = append(cr.Names, g.Name)
@@ -418,14 +478,20 @@ func newResult(m *pb.GradResponse) (*Result, error) {
 				cr.Gradients[g.Name] = &t
 			}
 		}
-		r.Calls = append(r.Calls, cr)
+		results = append(results, cr)
 	}
-	for _, v := range m.Values {
+	return results, nil
+}
+
+// newValues decodes forward values (a GradResponse's, ForwardResponse's or ExtendResponse's).
+func newValues(values []*pb.NamedTensor) (map[string]Tensor, error) {
+	decoded := map[string]Tensor{}
+	for _, v := range values {
 		t, err := FromProto(v.Value)
 		if err != nil {
 			return nil, status.Errorf(codes.Internal, "value %q in the response: %v", v.Name, err)
 		}
-		r.Values[v.Name] = t
+		decoded[v.Name] = t
 	}
-	return r, nil
+	return decoded, nil
 }

@@ -13,9 +13,14 @@ import (
 
 // ServiceConfig is the gRPC service config of every channel: calls dealt to the target's
 // addresses in turn (round_robin). It is the loadBalancingConfig of the other clients' config
-// (docs/deploy.md); their retryPolicy is applied by this package itself (see retry.go),
+// (docs/deploy.md); their retryPolicy is applied by this package itself (client.go, retry),
 // since grpc-go before 1.40 retries only with GRPC_GO_RETRY=on.
 const ServiceConfig = `{"loadBalancingConfig": [{"round_robin": {}}]}`
+
+// SessionServiceConfig is the service config of the sessions' channel (docs/sessions.md): one
+// connection, to the first address that answers (pick_first), so that a session's Backward,
+// Extend and Release calls reach the replica that holds its graph; those calls are not retried.
+const SessionServiceConfig = `{"loadBalancingConfig": [{"pick_first": {}}]}`
 
 // isIPPort: "A.B.C.D:PORT" or "[V6]:PORT".
 func isIPPort(entry string) bool {
