@@ -320,19 +320,37 @@ print(json.dumps({"x": x.flatten().tolist(), "w1": w1.flatten().tolist(), "b1": 
 	}
 	server := startServer(t)
 	client := dial(t, server.address)
-	g := gradserve.NewGraph()
-	g.Leaf("x", g.Must(gradserve.Float64(ref.X, 4, 5))).
-		Leaf("w1", g.Must(gradserve.Float64(ref.W1, 5, 8)), gradserve.RequiresGrad()).
-		Leaf("b1", g.Must(gradserve.Float64(ref.B1)), gradserve.RequiresGrad()).
-		Leaf("w2", g.Must(gradserve.Float64(ref.W2, 8, 3)), gradserve.RequiresGrad()).
-		Leaf("target", g.Must(gradserve.Int64([]int64{0, 2, 1, 2}))).
-		Op("matmul", []string{"x", "w1"}, "xw").
-		Op("add", []string{"xw", "b1"}, "pre").
-		Op("gelu", []string{"pre"}, "h").
-		Op("matmul", []string{"h", "w2"}, "logits").
-		Op("cross_entropy", []string{"logits", "target"}, "loss").
-		Backward([]string{"loss"}, gradserve.Inputs("w1", "b1", "w2")).
-		ReturnValues("loss")
+	// The MLP up to its logits, and the loss over them.
+	mlp := func(g *gradserve.Graph) *gradserve.Graph {
+		return g.Leaf("x", g.Must(gradserve.Float64(ref.X, 4, 5))).
+			Leaf("w1", g.Must(gradserve.Float64(ref.W1, 5, 8)), gradserve.RequiresGrad()).
+			Leaf("b1", g.Must(gradserve.Float64(ref.B1)), gradserve.RequiresGrad()).
+			Leaf("w2", g.Must(gradserve.Float64(ref.W2, 8, 3)), gradserve.RequiresGrad()).
+			Op("matmul", []string{"x", "w1"}, "xw").
+			Op("add", []string{"xw", "b1"}, "pre").
+			Op("gelu", []string{"pre"}, "h").
+			Op("matmul", []string{"h", "w2"}, "logits")
+	}
+	crossEntropy := func(g *gradserve.Graph) *gradserve.Graph {
+		return g.Leaf("target", g.Must(gradserve.Int64([]int64{0, 2, 1, 2}))).
+			Op("cross_entropy", []string{"logits", "target"}, "loss").
+			ReturnValues("loss")
+	}
+	check := func(what string, grads gradserve.CallResult, values map[string]gradserve.Tensor) {
+		t.Helper()
+		for i, name := range []string{"w1", "b1", "w2"} {
+			got, err := grads.Floats(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			assertClose(t, what+": d"+name, got, ref.Grads[i], 1e-10)
+		}
+		loss, _ := values["loss"].Float64s()
+		assertClose(t, what+": loss", loss, []float64{ref.Loss}, 1e-12)
+	}
+
+	g := crossEntropy(mlp(gradserve.NewGraph())).
+		Backward([]string{"loss"}, gradserve.Inputs("w1", "b1", "w2"))
 	req, err := g.Request("")
 	if err != nil {
 		t.Fatal(err)
@@ -341,13 +359,181 @@ print(json.dumps({"x": x.flatten().tolist(), "w1": w1.flatten().tolist(), "b1": 
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, name := range []string{"w1", "b1", "w2"} {
-		got, err := result.Calls[0].Floats(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		assertClose(t, "d"+name, got, ref.Grads[i], 1e-10)
+	check("one-shot", result.Calls[0], result.Values)
+
+	// A session: the forward pass to the logits, then the loss added by Extend.
+	ctx := timeout(t, 30*time.Second)
+	s, err := client.Forward(ctx, mlp(gradserve.NewGraph()), "logits")
+	if err != nil {
+		t.Fatal(err)
 	}
-	loss, _ := result.Values["loss"].Float64s()
-	assertClose(t, "loss", loss, []float64{ref.Loss}, 1e-12)
+	defer s.Release(ctx)
+	if shape := s.Values["logits"].Shape(); len(shape) != 2 || shape[0] != 4 || shape[1] != 3 {
+		t.Fatalf("logits shape %v, want [4 3]", shape)
+	}
+	values, err := s.Extend(ctx, crossEntropy(gradserve.NewGraph()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	grads, err := s.Backward(ctx, []string{"loss"}, gradserve.Inputs("w1", "b1", "w2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("session", grads, values)
+}
+
+// tanhForward: the forward pass of tanhGraph up to t = tanh(W x), with no loss.
+func tanhForward() *gradserve.Graph {
+	g := gradserve.NewGraph()
+	return g.Leaf("x", g.Must(gradserve.Float64(xs)), gradserve.RequiresGrad()).
+		Leaf("W", g.Must(gradserve.Float64(ws, 2, 3)), gradserve.RequiresGrad()).
+		Op("matmul", []string{"W", "x"}, "h").
+		Op("tanh", []string{"h"}, "t")
+}
+
+func floats(t *testing.T, grads gradserve.CallResult, name string) []float64 {
+	t.Helper()
+	got, err := grads.Floats(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// checkSameGradients: grads has the gradients of x and W that want has.
+func checkSameGradients(t *testing.T, what string, grads, want gradserve.CallResult) {
+	t.Helper()
+	for _, name := range []string{"x", "W"} {
+		assertClose(t, what+": d"+name, floats(t, grads, name), floats(t, want, name), 1e-15)
+	}
+}
+
+// TestSessionBackward: a session's backward calls give the one-shot request's gradients, with
+// retain_graph as often as asked, with a seed computed from the forward values, and
+// FAILED_PRECONDITION through saved tensors a call without retain_graph freed.
+func TestSessionBackward(t *testing.T) {
+	server := startServer(t)
+	client := dial(t, server.address)
+	ctx := timeout(t, 30*time.Second)
+	req, err := tanhGraph().Request("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oneShot, err := client.Grad(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTanh(t, oneShot)
+	want := oneShot.Calls[0]
+
+	s, err := client.Forward(ctx, tanhGraph(), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Release(ctx)
+	if len(s.ID) != 32 || s.NumNodes == 0 {
+		t.Fatalf("session id %q, %d nodes", s.ID, s.NumNodes)
+	}
+	loss, _ := s.Values["loss"].Float64s()
+	wantLoss, _ := oneShot.Values["loss"].Float64s()
+	assertClose(t, "loss", loss, wantLoss, 1e-15)
+	for i := 0; i < 2; i++ {
+		grads, err := s.Backward(ctx, []string{"loss"}, gradserve.Inputs("x", "W"), gradserve.RetainGraph())
+		if err != nil {
+			t.Fatalf("backward %d with retain_graph: %v", i, err)
+		}
+		checkSameGradients(t, "retain_graph", grads, want)
+	}
+	// d(sum t^2)/dt = 2 t, a seed known only from the forward values: the same gradients.
+	tv, err := s.Values["t"].Float64s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range tv {
+		tv[i] *= 2
+	}
+	seed, _ := gradserve.Float64(tv)
+	grads, err := s.Backward(ctx, []string{"t"}, gradserve.Seed("t", seed), gradserve.Inputs("x", "W"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSameGradients(t, "seeded from t", grads, want)
+	// That call did not retain the graph: its saved tensors are gone.
+	_, err = s.Backward(ctx, []string{"loss"}, gradserve.Inputs("x", "W"))
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("backward through a freed graph: %v, want FAILED_PRECONDITION", err)
+	}
+}
+
+// TestSessionExtendAndRelease: a loss added by Extend from a target rounded from the forward
+// values gives the one-shot request's gradients; a bad Extend leaves the session as it was;
+// after Release the session is NOT_FOUND.
+func TestSessionExtendAndRelease(t *testing.T) {
+	server := startServer(t)
+	client := dial(t, server.address)
+	ctx := timeout(t, 30*time.Second)
+	s, err := client.Forward(ctx, tanhForward(), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tv, err := s.Values["t"].Float64s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := make([]float64, len(tv))
+	for i, v := range tv {
+		target[i] = math.Round(v * 4) // a target picked on the client
+	}
+	// loss = sum((t - target)^2)
+	mse := func(g *gradserve.Graph) *gradserve.Graph {
+		return g.Leaf("target", g.Must(gradserve.Float64(target))).
+			Op("sub", []string{"t", "target"}, "d").
+			Op("mul", []string{"d", "d"}, "sq").
+			Op("sum", []string{"sq"}, "loss")
+	}
+
+	bad := gradserve.NewGraph().Op("mul", []string{"t", "nowhere"}, "y")
+	if _, err := s.Extend(ctx, bad); status.Code(err) != codes.InvalidArgument ||
+		!strings.Contains(err.Error(), "nowhere") {
+		t.Fatalf("extend with an unknown name: %v, want INVALID_ARGUMENT naming it", err)
+	}
+	values, err := s.Extend(ctx, mse(gradserve.NewGraph()), "loss", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	grads, err := s.Backward(ctx, []string{"loss"}, gradserve.Inputs("x", "W"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	req, err := mse(tanhForward()).Backward([]string{"loss"}, gradserve.Inputs("x", "W")).
+		ReturnValues("loss").Request("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oneShot, err := client.Grad(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSameGradients(t, "extended", grads, oneShot.Calls[0])
+	got, _ := values["loss"].Float64s()
+	want, _ := oneShot.Values["loss"].Float64s()
+	assertClose(t, "loss", got, want, 1e-15)
+	if _, ok := values["d"]; !ok {
+		t.Fatalf("extend returned %v, without d", values)
+	}
+
+	if err := s.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx); err != nil {
+		t.Fatalf("a second Release: %v, want nil (nothing sent)", err)
+	}
+	_, err = s.Backward(ctx, []string{"loss"}, gradserve.Inputs("x", "W"))
+	if st := status.Convert(err); st.Code() != codes.NotFound {
+		t.Fatalf("backward after release: %v, want NOT_FOUND", err)
+	}
+	if _, err := s.Extend(ctx, gradserve.NewGraph().Op("neg", []string{"t"}, "n")); status.Code(err) != codes.NotFound {
+		t.Fatalf("extend after release: %v, want NOT_FOUND", err)
+	}
 }

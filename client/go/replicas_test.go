@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	gradserve "gradserve.dev/client/go"
 )
 
 func requestsTotal(t *testing.T, address string) int64 {
@@ -78,5 +80,41 @@ func TestReplicas(t *testing.T) {
 	wg.Wait()
 	if done < 20 || failed > 0 {
 		t.Fatalf("%d calls, %d failed", done, failed)
+	}
+}
+
+// TestSessionStaysOnItsReplica: with two servers listed, a session's calls all reach the
+// server that answered its Forward (the other would answer NOT_FOUND), which alone holds it.
+func TestSessionStaysOnItsReplica(t *testing.T) {
+	servers := []*serverProcess{startServer(t), startServer(t)}
+	client := dial(t, servers[0].address+","+servers[1].address)
+	ctx := timeout(t, 60*time.Second)
+	held := func() (counts []int64) {
+		for _, server := range servers {
+			info, err := dial(t, server.address).Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			counts = append(counts, info.Counters.Sessions)
+		}
+		return counts
+	}
+	s, err := client.Forward(ctx, tanhGraph())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		if _, err := s.Backward(ctx, []string{"loss"}, gradserve.Inputs("x", "W"), gradserve.RetainGraph()); err != nil {
+			t.Fatalf("backward %d: %v", i, err)
+		}
+	}
+	if counts := held(); counts[0]+counts[1] != 1 {
+		t.Fatalf("sessions held per server: %v, want one in all", counts)
+	}
+	if err := s.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if counts := held(); counts[0]+counts[1] != 0 {
+		t.Fatalf("sessions held per server after Release: %v, want none", counts)
 	}
 }
