@@ -22,6 +22,10 @@
 // message, naming the node, op and value involved. Mistakes caught before sending (a bad
 // shape, a repeated value name, a token without TLS) are plain errors.
 //
+// Graph sessions (Client.Forward, Session) hold a recorded graph on the server for backward
+// calls decided later, over one connection to the server that answered the Forward; see
+// Session and README.md.
+//
 // The generated messages (package gradservev1, import path gradserve.dev/client/go/gradserve/v1)
 // are made from proto/ by generate.sh, which `go generate` runs; see README.md for building
 // offline with Debian's Go packages.

@@ -1,13 +1,17 @@
 package gradserve_test
 
 import (
+	"context"
 	"fmt"
+	"log"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	gradserve "gradserve.dev/client/go"
 )
 
 // TestExample runs examples/go (go run, with this test's Go environment) against a server and
@@ -41,4 +45,59 @@ func TestExample(t *testing.T) {
 			t.Fatalf("examples/go printed\n%s\nwithout %q", out, want)
 		}
 	}
+}
+
+// A graph session (compiled, not run: it needs a server): the forward pass, a look at its
+// outputs, a backward call with a seed picked from them, then a loss added with Extend.
+func ExampleClient_Forward() {
+	client, err := gradserve.Dial("127.0.0.1:50051")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	g := gradserve.NewGraph()
+	g.Leaf("x", g.Must(gradserve.Float64([]float64{0.5, -1, 2})), gradserve.RequiresGrad()).
+		Leaf("W", g.Must(gradserve.Float64([]float64{0.1, 0.2, -0.3, 0.4, -0.5, 0.6}, 2, 3)),
+			gradserve.RequiresGrad()).
+		Op("matmul", []string{"W", "x"}, "h").
+		Op("tanh", []string{"h"}, "t")
+	s, err := client.Forward(ctx, g, "t")
+	if err != nil {
+		log.Fatal(err) // status.Code(err): INVALID_ARGUMENT, RESOURCE_EXHAUSTED, ...
+	}
+	defer s.Release(ctx)
+
+	t, err := s.Values["t"].Float64s()
+	if err != nil {
+		log.Fatal(err)
+	}
+	seed, err := gradserve.Float64([]float64{2 * t[0], 2 * t[1]}) // d(sum t^2)/dt
+	if err != nil {
+		log.Fatal(err)
+	}
+	grads, err := s.Backward(ctx, []string{"t"}, gradserve.Seed("t", seed),
+		gradserve.Inputs("x", "W"), gradserve.RetainGraph()) // kept for the next call
+	if err != nil {
+		log.Fatal(err)
+	}
+	dW, _ := grads.Floats("W")
+	fmt.Println("dW", dW)
+
+	loss := gradserve.NewGraph() // over the session's values
+	loss.Leaf("target", loss.Must(gradserve.Float64([]float64{1, -1}))).
+		Op("mse_loss", []string{"t", "target"}, "loss")
+	values, err := s.Extend(ctx, loss, "loss")
+	if err != nil {
+		log.Fatal(err)
+	}
+	grads, err = s.Backward(ctx, []string{"loss"}, gradserve.Inputs("W"))
+	if err != nil {
+		log.Fatal(err) // NOT_FOUND: the session expired; FAILED_PRECONDITION: graph freed
+	}
+	l, _ := values["loss"].Float64s()
+	dW, _ = grads.Floats("W")
+	fmt.Println("loss", l, "dW", dW)
 }
