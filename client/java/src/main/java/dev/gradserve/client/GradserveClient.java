@@ -3,6 +3,7 @@ package dev.gradserve.client;
 import com.google.protobuf.ByteString;
 import com.google.protobuf.InvalidProtocolBufferException;
 import dev.gradserve.v1.Chunk;
+import dev.gradserve.v1.ForwardRequest;
 import dev.gradserve.v1.GradRequest;
 import dev.gradserve.v1.GradResponse;
 import dev.gradserve.v1.GradServiceGrpc;
@@ -13,6 +14,7 @@ import dev.gradserve.v1.ServerInfoRequest;
 import grpc.health.v1.HealthGrpc;
 import grpc.health.v1.HealthOuterClass.HealthCheckRequest;
 import io.grpc.CallCredentials;
+import io.grpc.Channel;
 import io.grpc.Deadline;
 import io.grpc.ManagedChannel;
 import io.grpc.Metadata;
@@ -47,6 +49,9 @@ import javax.net.ssl.SSLException;
  * <p>Targets: "host:port", a comma-separated list of IP:PORT or [IPV6]:PORT, or
  * "dns:///NAME:PORT"; calls are dealt to the servers in turn (round_robin) and a call that ends
  * UNAVAILABLE or CANCELLED by a draining server is retried on another, up to 4 attempts.
+ * {@link #forward} holds a graph on one server as a {@link Session}, whose calls all go over a
+ * second channel with pick_first and no retries, so that they reach that server
+ * (docs/sessions.md).
  *
  * <p>Errors: a failed call throws grpc's {@link StatusRuntimeException}, whose status has the
  * code (INVALID_ARGUMENT, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, ...) and the server's message,
@@ -65,12 +70,16 @@ public final class GradserveClient implements AutoCloseable {
   public static final String TOKEN_ENV = "GRADSERVE_TOKEN";
 
   private final ManagedChannel channel;
+  /** Sessions' calls: pick_first, no retries (docs/sessions.md, "Several replicas"). */
+  private final ManagedChannel sessionChannel;
   private final boolean owner;
   private final Deadline deadline;
   private final Limits[] limits;
 
-  private GradserveClient(ManagedChannel channel, boolean owner, Deadline deadline, Limits[] limits) {
+  private GradserveClient(ManagedChannel channel, ManagedChannel sessionChannel, boolean owner,
+      Deadline deadline, Limits[] limits) {
     this.channel = channel;
+    this.sessionChannel = sessionChannel;
     this.owner = owner;
     this.deadline = deadline;
     this.limits = limits;
@@ -199,23 +208,33 @@ public final class GradserveClient implements AutoCloseable {
             "a token needs TLS (tlsCa or tls): sent in plaintext it is anyone's who sees it");
       }
       SslContext ssl = sslContext();
+      ManagedChannel channel = channelBuilder(ssl)
+          .defaultServiceConfig(Targets.serviceConfig())
+          .enableRetry()
+          .maxRetryAttempts(4)
+          .perRpcBufferLimit(RETRY_BUFFER_BYTES)
+          .retryBufferSize(4 * RETRY_BUFFER_BYTES)
+          .build();
+      // Connects only when a session is first used, as any grpc-java channel.
+      ManagedChannel sessions = channelBuilder(ssl)
+          .defaultServiceConfig(Targets.sessionServiceConfig())
+          .disableRetry()
+          .build();
+      GradserveClient client = new GradserveClient(channel, sessions, true, null, new Limits[1]);
+      client.bearer = bearer == null ? null : new Bearer(bearer);
+      return client;
+    }
+
+    /** A channel to the target with TLS as configured; its service config is the caller's. */
+    private NettyChannelBuilder channelBuilder(SslContext ssl) {
       NettyChannelBuilder b = NettyChannelBuilder.forTarget(Targets.grpcTarget(target));
       if (ssl == null) {
         b.usePlaintext();
       } else {
         b.sslContext(ssl);
       }
-      b.defaultServiceConfig(Targets.serviceConfig())
-          .disableServiceConfigLookUp()
-          .enableRetry()
-          .maxRetryAttempts(4)
-          .perRpcBufferLimit(RETRY_BUFFER_BYTES)
-          .retryBufferSize(4 * RETRY_BUFFER_BYTES)
-          .maxInboundMessageSize(Integer.MAX_VALUE);
-      ManagedChannel channel = b.build();
-      GradserveClient client = new GradserveClient(channel, true, null, new Limits[1]);
-      client.bearer = bearer == null ? null : new Bearer(bearer);
-      return client;
+      b.disableServiceConfigLookUp().maxInboundMessageSize(Integer.MAX_VALUE);
+      return b;
     }
   }
 
@@ -248,12 +267,22 @@ public final class GradserveClient implements AutoCloseable {
 
   /** A view of this client whose calls have this deadline (from now); shares the channel. */
   public GradserveClient withDeadlineAfter(long duration, TimeUnit unit) {
-    GradserveClient view = new GradserveClient(channel, false, Deadline.after(duration, unit), limits);
+    GradserveClient view = new GradserveClient(channel, sessionChannel, false,
+        Deadline.after(duration, unit), limits);
     view.bearer = bearer;
     return view;
   }
 
   private GradServiceGrpc.GradServiceBlockingStub blocking() {
+    return blocking(channel, deadline);
+  }
+
+  /** A stub of the sessions' channel with this deadline (null: none). */
+  GradServiceGrpc.GradServiceBlockingStub sessionStub(Deadline deadline) {
+    return blocking(sessionChannel, deadline);
+  }
+
+  private GradServiceGrpc.GradServiceBlockingStub blocking(Channel channel, Deadline deadline) {
     GradServiceGrpc.GradServiceBlockingStub s = GradServiceGrpc.newBlockingStub(channel);
     if (deadline != null) {
       s = s.withDeadline(deadline);
@@ -280,6 +309,24 @@ public final class GradserveClient implements AutoCloseable {
   /** Sends req, streamed (ComputeGradientsStream) or not. */
   public GradResult grad(GradRequest req, boolean stream) {
     return new GradResult(stream ? gradStreamed(req) : retryClosed(() -> blocking().computeGradients(req)));
+  }
+
+  /**
+   * Runs req's graph forward on one server and holds it there (Forward): a {@link Session} with
+   * the values req returns, on which to run backward calls, extend the graph and release it.
+   * req's backward calls are ignored. This client's deadline bounds this call only; the
+   * session's calls have none unless {@link Session#withDeadlineAfter} gives one. Not retried:
+   * a retry could leave a session held that nobody releases. Throws StatusRuntimeException.
+   */
+  public Session forward(GradRequest req) {
+    ForwardRequest forward = ForwardRequest.newBuilder().setRequestId(req.getRequestId())
+        .setGraph(req.getGraph()).addAllReturnValues(req.getReturnValuesList()).build();
+    return new Session(this, sessionStub(deadline).forward(forward));
+  }
+
+  /** Runs the builder's graph forward, returning its return values; see forward(GradRequest). */
+  public Session forward(GraphBuilder graph) {
+    return forward(graph.request());
   }
 
   /**
@@ -431,13 +478,18 @@ public final class GradserveClient implements AutoCloseable {
     return s.check(HealthCheckRequest.newBuilder().setService(service).build()).getStatus().name();
   }
 
-  /** Closes the channel (a view made by withDeadlineAfter leaves it open). */
+  /**
+   * Closes the channels (a view made by withDeadlineAfter leaves them open); sessions not yet
+   * released stay held on their servers until --session_idle_ttl ends them.
+   */
   @Override
   public void close() {
     if (owner) {
       channel.shutdownNow();
+      sessionChannel.shutdownNow();
       try {
         channel.awaitTermination(5, TimeUnit.SECONDS);
+        sessionChannel.awaitTermination(5, TimeUnit.SECONDS);
       } catch (InterruptedException e) {
         Thread.currentThread().interrupt();
       }

@@ -21,7 +21,7 @@ import java.util.regex.Pattern;
  * list of IP:PORT or [IPV6]:PORT, which grpc-java cannot take as it is: it becomes
  * "gradserve-list:///LIST", resolved by a name resolver registered here. Every channel gets
  * {@link #serviceConfig}: round_robin, and calls that end UNAVAILABLE or CANCELLED retried up to
- * 4 attempts. Thread-safe.
+ * 4 attempts; a client's sessions channel gets {@link #sessionServiceConfig}. Thread-safe.
  */
 final class Targets {
   static final String LIST_SCHEME = "gradserve-list";
@@ -48,6 +48,15 @@ final class Targets {
         "retryPolicy", retry);
     return Map.of("loadBalancingConfig", List.of(Map.of("round_robin", Map.of())),
         "methodConfig", List.of(method));
+  }
+
+  /**
+   * pick_first and no retry policy, as the other clients' session channels
+   * (SESSION_CHANNEL_OPTIONS in client/python/gradserve/targets.py): every call of a session
+   * goes over the one connection that answered its Forward (docs/sessions.md).
+   */
+  static Map<String, Object> sessionServiceConfig() {
+    return Map.of("loadBalancingConfig", List.of(Map.of("pick_first", Map.of())));
   }
 
   static InetSocketAddress parseIpPort(String entry) {

@@ -68,11 +68,16 @@ class GradserveClientTest {
   }
 
   static void checkTanh(GradResult r) {
+    checkTanhGradients(r.call(0));
+    assertArrayEquals(tanhGradients()[0], Tensors.toDoubles(r.values().get("loss")), 1e-12);
+  }
+
+  /** A call's gradients of tanhGraph's loss with respect to x and W. */
+  static void checkTanhGradients(GradResult.Call call) {
     double[][] want = tanhGradients();
-    assertArrayEquals(want[1], r.call(0).doubles("x"), 1e-12);
-    assertArrayEquals(want[2], r.call(0).doubles("W"), 1e-12);
-    assertArrayEquals(new long[] {2, 3}, Tensors.shape(r.call(0).gradient("W")));
-    assertArrayEquals(want[0], Tensors.toDoubles(r.values().get("loss")), 1e-12);
+    assertArrayEquals(want[1], call.doubles("x"), 1e-12);
+    assertArrayEquals(want[2], call.doubles("W"), 1e-12);
+    assertArrayEquals(new long[] {2, 3}, Tensors.shape(call.gradient("W")));
   }
 
   static GradserveClient connect(String address) {
@@ -170,6 +175,144 @@ class GradserveClientTest {
     }
   }
 
+  /** tanhGraph's loss call with retain_graph set or not. */
+  static BackwardCall lossCall(boolean retainGraph) {
+    return tanhGraph().request().getCalls(0).toBuilder().setRetainGraph(retainGraph).build();
+  }
+
+  static void assertSameGradients(GradResult.Call want, GradResult.Call got, String... names) {
+    for (String name : names) {
+      assertArrayEquals(want.doubles(name), got.doubles(name), 1e-12, name);
+    }
+  }
+
+  static Status.Code code(org.junit.jupiter.api.function.Executable call) {
+    return assertThrows(StatusRuntimeException.class, call).getStatus().getCode();
+  }
+
+  /** Forward now, seeds computed from its outputs later: as the one-shot request. */
+  @Test
+  void sessionBackwardMatchesOneShot() throws Exception {
+    try (ServerProcess server = new ServerProcess();
+        GradserveClient client = connect(server.address)) {
+      GradResult oneShot = client.withDeadlineAfter(30, TimeUnit.SECONDS).grad(tanhGraph());
+      checkTanh(oneShot);
+      try (Session s = client.withDeadlineAfter(30, TimeUnit.SECONDS).forward(
+          tanhGraph().returnValues("t"))) {
+        assertEquals(32, s.id().length(), s.id());
+        assertEquals(oneShot.numNodes(), s.numNodes());
+        assertArrayEquals(Tensors.toDoubles(oneShot.values().get("loss")),
+            Tensors.toDoubles(s.values().get("loss")), 0);
+        // loss = sum(t^2): seeding t with 2 t, known only from the returned t, is the same.
+        double[] t = Tensors.toDoubles(s.values().get("t"));
+        double[] seed = {2 * t[0], 2 * t[1]};
+        GradResult fromT = s.withDeadlineAfter(30, TimeUnit.SECONDS).backward(BackwardCall.newBuilder()
+            .addRoots("t").putSeeds("t", Tensors.float64(seed)).addInputs("x").addInputs("W")
+            .setRetainGraph(true).build());
+        assertSameGradients(oneShot.call(0), fromT.call(0), "x", "W");
+        GradResult fromLoss = s.backward(tanhGraph());
+        assertSameGradients(oneShot.call(0), fromLoss.call(0), "x", "W");
+        assertTrue(fromLoss.values().isEmpty());
+      }
+    }
+  }
+
+  @Test
+  void sessionRetainGraphThenFreedSavedTensors() throws Exception {
+    try (ServerProcess server = new ServerProcess();
+        GradserveClient client = connect(server.address);
+        Session s = client.forward(tanhGraph())) {
+      checkTanhGradients(s.backward(lossCall(true)).call(0));
+      checkTanhGradients(s.backward(lossCall(true)).call(0));
+      checkTanhGradients(s.backward(lossCall(false)).call(0));
+      StatusRuntimeException e = assertThrows(StatusRuntimeException.class,
+          () -> s.backward(lossCall(false)));
+      assertEquals(Status.Code.FAILED_PRECONDITION, e.getStatus().getCode());
+      assertTrue(e.getStatus().getDescription().contains("second time"), e.getStatus().getDescription());
+    }
+  }
+
+  /** A loss chosen after a look at the outputs: target = round(t), loss2 = sum((t - target)^2). */
+  @Test
+  void sessionExtendThenBackward() throws Exception {
+    try (ServerProcess server = new ServerProcess();
+        GradserveClient client = connect(server.address);
+        Session s = client.forward(tanhGraph().returnValues("t"))) {
+      double[] t = Tensors.toDoubles(s.values().get("t"));
+      double[] target = {Math.round(t[0]), Math.round(t[1])};
+      java.util.function.Function<GraphBuilder, GraphBuilder> loss2 = g -> g
+          .leaf("target", Tensors.float64(target))
+          .op("sub", List.of("t", "target"), "d")
+          .op("mul", List.of("d", "d"), "d2")
+          .op("sum", List.of("d2"), "loss2")
+          .returnValues("loss2");
+      long nodes = s.numNodes();
+      Map<String, dev.gradserve.v1.Tensor> values = s.extend(loss2.apply(new GraphBuilder()));
+      assertEquals(List.of("loss2"), new ArrayList<>(values.keySet()));
+      assertTrue(s.numNodes() > nodes);
+      assertTrue(s.values().containsKey("loss2"));
+      BackwardCall fromLoss2 = BackwardCall.newBuilder().addRoots("loss2").addInputs("x")
+          .addInputs("W").setRetainGraph(true).build();
+      GradResult r = s.backward(fromLoss2);
+
+      GradResult oneShot = client.grad(loss2.apply(tanhGraph()).request().toBuilder().clearCalls()
+          .addCalls(fromLoss2).build());
+      assertSameGradients(oneShot.call(0), r.call(0), "x", "W");
+      assertArrayEquals(Tensors.toDoubles(oneShot.values().get("loss2")),
+          Tensors.toDoubles(values.get("loss2")), 0);
+
+      assertEquals(Status.Code.INVALID_ARGUMENT,
+          code(() -> s.extend(new GraphBuilder().op("neg", List.of("nosuch"), "n"))));
+      assertSameGradients(oneShot.call(0), s.backward(fromLoss2).call(0), "x", "W");
+    }
+  }
+
+  @Test
+  void sessionReleasedOrUnknownIsNotFound() throws Exception {
+    try (ServerProcess server = new ServerProcess();
+        GradserveClient client = connect(server.address)) {
+      Session s = client.forward(tanhGraph());
+      s.backward(lossCall(true));
+      s.release();
+      s.release(); // does nothing
+      StatusRuntimeException e = assertThrows(StatusRuntimeException.class,
+          () -> s.backward(lossCall(true)));
+      assertEquals(Status.Code.NOT_FOUND, e.getStatus().getCode());
+      assertEquals(Status.Code.NOT_FOUND, code(() -> s.extend(new GraphBuilder())));
+      s.close(); // released already: no call, no error
+      assertEquals(0, client.info().getCounters().getSessions());
+      // try-with-resources releases; closing a session the server already ended is no error.
+      try (Session t = client.forward(tanhGraph())) {
+        assertEquals(1, client.info().getCounters().getSessions());
+        t.withDeadlineAfter(10, TimeUnit.SECONDS).release();
+      }
+      assertEquals(0, client.info().getCounters().getSessions());
+    }
+  }
+
+  /** round_robin would send half of the Backward calls to the server that lacks the session. */
+  @Test
+  void sessionCallsStayOnTheServerThatAnsweredTheForward() throws Exception {
+    try (ServerProcess a = new ServerProcess(); ServerProcess b = new ServerProcess();
+        GradserveClient client = connect(a.address + "," + b.address)) {
+      List<Session> sessions = new ArrayList<>();
+      try {
+        for (int i = 0; i < 4; i++) {
+          sessions.add(client.forward(tanhGraph()));
+        }
+        for (Session s : sessions) {
+          for (int i = 0; i < 3; i++) {
+            checkTanhGradients(s.backward(lossCall(true)).call(0));
+          }
+        }
+      } finally {
+        for (Session s : sessions) {
+          s.close();
+        }
+      }
+    }
+  }
+
   @Test
   void mistakesFoundBeforeSending() {
     assertThrows(IllegalArgumentException.class, () -> Tensors.float64(new double[] {1, 2, 3}, 2, 2));
@@ -190,7 +333,7 @@ class GradserveClientTest {
     assertTrue(e.getMessage().contains("tls_ca"), e.getMessage());
   }
 
-  /** A small MLP with cross entropy versus Debian's PyTorch (/usr/bin/python3). */
+  /** A small MLP with cross entropy versus Debian's PyTorch (/usr/bin/python3), one-shot and in a session. */
   @Test
   void mlpMatchesPyTorch() throws Exception {
     String python = System.getenv().getOrDefault("GRADSERVE_PYTHON", "/usr/bin/python3");
@@ -234,9 +377,15 @@ class GradserveClientTest {
           .op("cross_entropy", List.of("logits", "target"), "loss")
           .backward(List.of("loss"), "w1", "b1", "w2");
       GradResult r = client.withDeadlineAfter(30, TimeUnit.SECONDS).grad(g);
+      GradResult fromSession;
+      try (Session s = client.withDeadlineAfter(30, TimeUnit.SECONDS).forward(g)) {
+        fromSession = s.withDeadlineAfter(30, TimeUnit.SECONDS).backward(g);
+      }
       String[] names = {"w1", "b1", "w2"};
-      for (int i = 0; i < 3; i++) {
-        assertArrayEquals(rows.get(4 + i), r.call(0).doubles(names[i]), 1e-10, names[i]);
+      for (GradResult result : List.of(r, fromSession)) {
+        for (int i = 0; i < 3; i++) {
+          assertArrayEquals(rows.get(4 + i), result.call(0).doubles(names[i]), 1e-10, names[i]);
+        }
       }
     }
   }
