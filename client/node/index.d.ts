@@ -41,6 +41,23 @@ export interface BackwardOptions {
   detectAnomaly?: boolean;
 }
 
+/** A BackwardCall message as grpc-js takes it (backwardCall builds one). */
+export interface BackwardCallMessage {
+  roots: string[];
+  inputs: string[];
+  seeds: Record<string, TensorMessage>;
+  accumulate_grad: boolean;
+  retain_graph: boolean;
+  create_graph: boolean;
+  allow_unused: boolean;
+  materialize_grads: boolean;
+  detect_anomaly: boolean;
+}
+
+/** One backward call from roots, with GraphBuilder.backward's options. */
+export function backwardCall(roots: string | string[],
+                             options?: BackwardOptions): BackwardCallMessage;
+
 export interface GradRequestMessage {
   request_id: string;
   graph: object;
@@ -84,18 +101,92 @@ export interface GradResult {
   traceId?: string;
 }
 
+/**
+ * Options of every call. traceId: a W3C traceparent (sent as `traceparent`) or an id of 1 to
+ * 128 printable ASCII bytes (sent as `x-request-id`), which the server logs and echoes (the
+ * result's traceId); any other throws.
+ */
+export interface CallOptions {
+  deadlineSeconds?: number;
+  traceId?: string;
+}
+
+export interface ForwardOptions extends CallOptions {
+  /** Forward values to return (Session.values); default the request's return_values. */
+  returnValues?: string[];
+}
+
+export interface BackwardResult {
+  /** One per backward call: input name to gradient, null where not connected. */
+  calls: Array<Record<string, DecodedTensor | null>>;
+  traceId?: string;
+  response: object;
+}
+
+export interface ExtendResult {
+  /** The values asked for (returnValues), also added to Session.values. */
+  values: Record<string, DecodedTensor>;
+  /** Autograd nodes the extension recorded. */
+  numNodes: number;
+  traceId?: string;
+  response: object;
+}
+
+/**
+ * A graph held on the server between its forward pass and its backward calls
+ * (docs/sessions.md), made by Client.forward. Its calls all go over the client's session
+ * channel (pick_first, no retries), to the server that answered the Forward. They reject with
+ * grpc-js's ServiceError: NOT_FOUND for a session the server does not hold (released,
+ * expired), UNAVAILABLE once the server drained, FAILED_PRECONDITION for a backward through
+ * saved tensors an earlier call without retainGraph freed.
+ */
+export class Session {
+  private constructor();
+  /** 32 hex digits. */
+  readonly sessionId: string;
+  /** The forward values asked for, and those of later extends. */
+  readonly values: Record<string, DecodedTensor>;
+  /** Autograd nodes the Forward and the extends recorded. */
+  readonly numNodes: number;
+  /** The trace id the server echoed for the Forward, if any. */
+  readonly traceId?: string;
+  /** The ForwardResponse message. */
+  readonly response: object;
+  /** One backward call from roots (options as GraphBuilder.backward's). */
+  backward(roots: string | string[],
+           options?: BackwardOptions & CallOptions): Promise<BackwardResult>;
+  /** A GraphBuilder's backward calls, or BackwardCall messages (backwardCall), in order. */
+  backward(calls: GraphBuilder | BackwardCallMessage[],
+           options?: CallOptions): Promise<BackwardResult>;
+  /**
+   * Records graph's leaves and ops after the session's; returnValues default to a
+   * GraphBuilder's returnValuesOf. INVALID_ARGUMENT for an unknown or repeated name.
+   */
+  extend(graph: GraphBuilder | object, options?: ForwardOptions): Promise<ExtendResult>;
+  /** Frees the session on the server; a second call resolves at once. */
+  release(options?: CallOptions): Promise<void>;
+}
+
 export class Client {
   constructor(target: string, options?: SecurityOptions);
   /**
    * Rejects with grpc-js's ServiceError (code, details). stream: true for
    * ComputeGradientsStream, false for the unary call, left out to stream only a request over
-   * the server's message limit. traceId: a W3C traceparent (sent as `traceparent`) or an id
-   * of 1 to 128 printable ASCII bytes (sent as `x-request-id`), which the server logs and
-   * echoes (GradResult.traceId); any other throws.
+   * the server's message limit. traceId: see CallOptions (echoed as GradResult.traceId).
    */
-  grad(request: GraphBuilder | GradRequestMessage,
-       options?: { deadlineSeconds?: number; stream?: boolean; traceId?: string }):
+  grad(request: GraphBuilder | GradRequestMessage, options?: CallOptions & { stream?: boolean }):
       Promise<GradResult>;
+  /**
+   * Runs request's graph forward and holds it on the server (its backward calls are
+   * ignored); release the Session when done. Rejects as grad does.
+   */
+  forward(request: GraphBuilder | GradRequestMessage, options?: ForwardOptions): Promise<Session>;
+  /**
+   * fn on a session of request, released afterwards whatever fn does (a session the server
+   * already ended is not an error); resolves to fn's result.
+   */
+  withSession<T>(request: GraphBuilder | GradRequestMessage,
+                 fn: (session: Session) => Promise<T> | T, options?: ForwardOptions): Promise<T>;
   info(options?: { deadlineSeconds?: number }): Promise<any>;
   ping(payload?: Buffer): Promise<Buffer>;
   close(): void;
@@ -109,5 +200,7 @@ export function resolveToken(options?: SecurityOptions): string | null;
 export function traceMetadata(traceId?: string): Metadata;
 export function connect(target: string, options?: SecurityOptions): any;
 export const SERVICE_CONFIG: object;
+/** The session channel's service config: pick_first, no retries (docs/sessions.md). */
+export const SESSION_SERVICE_CONFIG: object;
 export const status: typeof grpcStatus;
 export type { ServiceError };

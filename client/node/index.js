@@ -19,9 +19,12 @@
 // rejects with grpc-js's error (err.code, err.details: the server's message naming the node,
 // op and value); mistakes found before sending throw an Error naming the option or value.
 // A request over 4 MiB and over the server's message limit goes through ComputeGradientsStream
-// in Chunks (docs/streaming.md); grad's stream option forces either way. requestFromJSON reads
-// a GradRequest in protobuf JSON. The proto files: GRADSERVE_PROTO_DIR, else proto/ in this
-// package (npm pack copies it there), else the repository's proto/.
+// in Chunks (docs/streaming.md); grad's stream option forces either way. Graph sessions
+// (docs/sessions.md): client.forward(request) resolves to a Session (backward, extend,
+// release) whose calls go over a second channel with pick_first and no retries, so they reach
+// the replica that answered the Forward. requestFromJSON reads a GradRequest in protobuf JSON.
+// The proto files: GRADSERVE_PROTO_DIR, else proto/ in this package (npm pack copies it
+// there), else the repository's proto/.
 
 'use strict';
 
@@ -159,6 +162,17 @@ function attrValue(v) {
                   'an array of them');
 }
 
+// A BackwardCall message from roots (a name or names) and GraphBuilder.backward's options.
+function backwardCall(roots, options = {}) {
+  const { inputs = [], seeds = {} } = options;
+  return {
+    roots: Array.isArray(roots) ? roots : [roots], inputs, seeds,
+    accumulate_grad: !!options.accumulateGrad, retain_graph: !!options.retainGraph,
+    create_graph: !!options.createGraph, allow_unused: !!options.allowUnused,
+    materialize_grads: !!options.materializeGrads, detect_anomaly: !!options.detectAnomaly,
+  };
+}
+
 // Builds a GradRequest in forward order; every method returns the builder. Throws an Error for
 // an empty or repeated value name or a bad attribute; the server checks the rest.
 class GraphBuilder {
@@ -202,13 +216,7 @@ class GraphBuilder {
   // A backward call from roots: inputs, seeds ({ root: tensor }), accumulateGrad,
   // retainGraph, createGraph, allowUnused, materializeGrads, detectAnomaly.
   backward(roots, options = {}) {
-    const { inputs = [], seeds = {} } = options;
-    this.calls.push({
-      roots: Array.isArray(roots) ? roots : [roots], inputs, seeds,
-      accumulate_grad: !!options.accumulateGrad, retain_graph: !!options.retainGraph,
-      create_graph: !!options.createGraph, allow_unused: !!options.allowUnused,
-      materialize_grads: !!options.materializeGrads, detect_anomaly: !!options.detectAnomaly,
-    });
+    this.calls.push(backwardCall(roots, options));
     return this;
   }
 
@@ -341,32 +349,80 @@ function grpcTarget(target) {
   return `ipv${[...families][0]}:${entries.join(',')}`;
 }
 
-// A GradService stub for target (grpcTarget's forms) with the security options of
-// channelCredentials and SERVICE_CONFIG; throws as grpcTarget and channelCredentials do.
-// Close it with stub.close().
-function connect(target, options = {}) {
+// The service config of the channel for graph sessions (docs/sessions.md, "Several
+// replicas"): pick_first and no retries, so that a session's Forward, Extend, Backward and
+// Release calls all go over the one connection that answered the Forward, to the replica
+// that holds its graph (round_robin would send a Backward to another replica, which answers
+// NOT_FOUND). The same JSON as the C++ (CreateSessionChannel) and Python
+// (SESSION_CHANNEL_OPTIONS) clients'.
+const SESSION_SERVICE_CONFIG = { loadBalancingConfig: [{ pick_first: {} }] };
+
+// A GradService stub for a gRPC target, with credentials and a service config.
+function openStub(target, credentials, serviceConfig) {
   const GradService = loadService();
   // A connection of its own, so that clients with other credentials never share one.
-  return new GradService(grpcTarget(target), channelCredentials(options), {
+  return new GradService(target, credentials, {
     'grpc.use_local_subchannel_pool': 1,
-    'grpc.service_config': JSON.stringify(SERVICE_CONFIG),
+    'grpc.service_config': JSON.stringify(serviceConfig),
     'grpc.service_config_disable_resolution': 1,
     'grpc.max_receive_message_length': -1,
     'grpc.max_send_message_length': -1,
   });
 }
 
-// A GradResponse as plain values: calls (one { input: {dtype, shape, values} or null } per
-// backward call), values ({ name: tensor }), numNodes, response (the message).
-function decodeResponse(response) {
-  const calls = response.calls.map((c) => {
+// A GradService stub for target (grpcTarget's forms) with the security options of
+// channelCredentials and SERVICE_CONFIG; throws as grpcTarget and channelCredentials do.
+// Close it with stub.close().
+function connect(target, options = {}) {
+  return openStub(grpcTarget(target), channelCredentials(options), SERVICE_CONFIG);
+}
+
+// CallResult messages as one { input: {dtype, shape, values} or null } per backward call.
+function decodeCalls(calls) {
+  return calls.map((c) => {
     const out = {};
     for (const g of c.gradients) out[g.name] = g.value ? decodeTensor(g.value) : null;
     return out;
   });
-  const values = {};
-  for (const v of response.values) values[v.name] = decodeTensor(v.value);
-  return { calls, values, numNodes: Number(response.num_nodes), response };
+}
+
+// NamedTensor messages as { name: {dtype, shape, values} }.
+function decodeValues(values) {
+  const out = {};
+  for (const v of values) out[v.name] = decodeTensor(v.value);
+  return out;
+}
+
+// A GradResponse as plain values: calls (decodeCalls), values (decodeValues), numNodes,
+// response (the message).
+function decodeResponse(response) {
+  return { calls: decodeCalls(response.calls), values: decodeValues(response.values),
+           numNodes: Number(response.num_nodes), response };
+}
+
+// A unary call of method (from the service definition) on stub: message is a request object,
+// or a Buffer already serialized. Resolves to { response, traceId } once both the response
+// and the status (with the trailers, where the server echoes the trace id) have come; rejects
+// with grpc-js's error.
+function unaryCall(stub, method, message, metadata, options) {
+  const serialize = Buffer.isBuffer(message) ? (bytes) => bytes : method.requestSerialize;
+  return new Promise((resolve, reject) => {
+    // The callback comes before the status: resolve after both.
+    let reply;
+    let status;
+    const done = () => {
+      if (reply !== undefined && status !== undefined) {
+        resolve({ response: reply, traceId: echoedTraceId(status.metadata) });
+      }
+    };
+    const call = stub.makeUnaryRequest(method.path, serialize, method.responseDeserialize,
+      message, metadata, options, (err, r) => {
+        if (err) return reject(err);
+        reply = r;
+        return done();
+      });
+    call.on('status', (s) => { status = s; done(); });
+  });
 }
 
 // Every gRPC implementation takes messages this large by default: a request up to it is sent
@@ -424,7 +480,11 @@ function* chunksOf(payload, size) {
 // A connection to one gradserve server or several; see the file's comment.
 class Client {
   constructor(target, options = {}) {
-    this.stub = connect(target, options);
+    const grpcTargetName = grpcTarget(target);
+    const credentials = channelCredentials(options);
+    this.stub = openStub(grpcTargetName, credentials, SERVICE_CONFIG);
+    // Sessions' calls: a second channel, which connects on its first call (docs/sessions.md).
+    this.sessionStub = openStub(grpcTargetName, credentials, SESSION_SERVICE_CONFIG);
     this.methods = loadService().service;
     this.limits = null;  // the server's Limits, asked for by the first streamed-size request
   }
@@ -450,22 +510,43 @@ class Client {
       stream = payload.length > DEFAULT_MESSAGE_LIMIT &&
                payload.length > (await this.serverLimits(options)).max_message_bytes;
     }
+    if (!stream) {
+      const { response, traceId } = await unaryCall(this.stub, method, payload, metadata, options);
+      return { ...decodeResponse(response), traceId };
+    }
     const trailers = { metadata: null };  // the call's, from its status
-    const response = stream ? await this.gradStreamed(payload, options, metadata, trailers)
-      : await new Promise((resolve, reject) => {
-        // The callback comes before the status (with the trailers): resolve after both.
-        let reply;
-        let status;
-        const done = () => { if (reply !== undefined && status !== undefined) resolve(reply); };
-        const call = this.stub.makeUnaryRequest(method.path, (bytes) => bytes,
-          method.responseDeserialize, payload, metadata, options, (err, r) => {
-            if (err) return reject(err);
-            reply = r;
-            return done();
-          });
-        call.on('status', (s) => { status = s; trailers.metadata = s.metadata; done(); });
-      });
+    const response = await this.gradStreamed(payload, options, metadata, trailers);
     return { ...decodeResponse(response), traceId: echoedTraceId(trailers.metadata) };
+  }
+
+  // Runs request's graph forward on the server and holds it there (docs/sessions.md):
+  // resolves to a Session. request: a GraphBuilder or a GradRequest object, as grad's (its
+  // backward calls are ignored); returnValues: the forward values to return (Session.values),
+  // default the request's return_values. deadlineSeconds and traceId as grad's (the echo is
+  // the Session's traceId). Sent unary over the session channel, so the request must fit in
+  // one message. Release the session when done (Session.release, or Client.withSession).
+  async forward(request, { returnValues, deadlineSeconds, traceId } = {}) {
+    const metadata = traceMetadata(traceId);
+    const message = request instanceof GraphBuilder ? request.request() : request;
+    const forward = { request_id: message.request_id || '', graph: message.graph,
+                      return_values: returnValues || message.return_values || [] };
+    const answer = await unaryCall(this.sessionStub, this.methods.Forward, forward, metadata,
+                                   callOptions(deadlineSeconds));
+    return new Session(this, answer);
+  }
+
+  // Runs fn(session) on a session of request (forward's arguments) and releases it whatever
+  // fn does, as Python's `with client.forward(...)`; resolves to what fn resolves to. A
+  // session the server already ended (NOT_FOUND, UNAVAILABLE) has nothing left to release.
+  async withSession(request, fn, options = {}) {
+    const session = await this.forward(request, options);
+    try {
+      return await fn(session);
+    } finally {
+      await session.release().catch((err) => {
+        if (err.code !== grpc.status.NOT_FOUND && err.code !== grpc.status.UNAVAILABLE) throw err;
+      });
+    }
   }
 
   // The server's Limits, cached; all zeros (unknown) when the token may not call
@@ -544,11 +625,81 @@ class Client {
 
   close() {
     this.stub.close();
+    this.sessionStub.close();
+  }
+}
+
+// A graph held on the server between its forward pass and its backward calls
+// (docs/sessions.md), made by Client.forward: sessionId (32 hex digits), values (the forward
+// values asked for, decoded, and those of later extends), numNodes, traceId (the Forward's
+// echo), response (the ForwardResponse). Every call goes over the client's session channel
+// (pick_first, no retries), the one connection that answered the Forward, so it reaches the
+// replica that holds the graph. Calls reject with grpc-js's error: NOT_FOUND for a session
+// the server does not hold (released, expired after --session_idle_ttl), UNAVAILABLE once the
+// server drained (its sessions ended: run the forward pass again), FAILED_PRECONDITION for a
+// backward through saved tensors an earlier call freed (no retainGraph), as in PyTorch.
+class Session {
+  constructor(client, { response, traceId }) {
+    this.client = client;
+    this.sessionId = response.session_id;
+    this.values = decodeValues(response.values);
+    this.numNodes = Number(response.num_nodes);
+    this.traceId = traceId;
+    this.response = response;
+    this.released = false;
+  }
+
+  call(name, message, { deadlineSeconds, traceId } = {}) {
+    return unaryCall(this.client.sessionStub, this.client.methods[name],
+                     { session_id: this.sessionId, ...message }, traceMetadata(traceId),
+                     callOptions(deadlineSeconds));
+  }
+
+  // Runs backward calls, in order, over the held graph; resolves to { calls (decodeCalls:
+  // one { input: tensor or null } per call), traceId, response }. calls: roots (a name or
+  // names) with options as GraphBuilder.backward's (inputs, seeds, retainGraph, createGraph,
+  // ...) for one call, or a GraphBuilder (its backward calls), or BackwardCall messages
+  // (backwardCall(...)). options also takes deadlineSeconds and traceId.
+  async backward(calls, options = {}) {
+    let messages;
+    if (calls instanceof GraphBuilder) messages = calls.calls;
+    else if (typeof calls === 'string' || calls.every((c) => typeof c === 'string')) {
+      messages = [backwardCall(calls, options)];
+    } else messages = calls;
+    const { response, traceId } = await this.call('Backward', { calls: messages }, options);
+    return { calls: decodeCalls(response.calls), traceId, response };
+  }
+
+  // Runs more leaves and ops over the session's values and records them into its held graph,
+  // as if they had ended the forward graph (docs/sessions.md, "Extending a session"): later
+  // backward calls may start from the values they define. graph: a GraphBuilder (its
+  // backward calls are ignored) or a Graph object. returnValues: values to return, new or
+  // old (default a GraphBuilder's returnValuesOf); they are added to this.values too.
+  // Resolves to { values, numNodes (the nodes it recorded), traceId, response }. An unknown
+  // or repeated name rejects with INVALID_ARGUMENT naming it, the session left as it was.
+  async extend(graph, { returnValues, ...options } = {}) {
+    const builder = graph instanceof GraphBuilder;
+    const { response, traceId } = await this.call('Extend', {
+      graph: builder ? graph.graph : graph,
+      return_values: returnValues || (builder ? graph.returnValues : []),
+    }, options);
+    const values = decodeValues(response.values);
+    Object.assign(this.values, values);
+    const numNodes = Number(response.num_nodes);
+    this.numNodes += numNodes;
+    return { values, numNodes, traceId, response };
+  }
+
+  // Ends the session on the server and frees its memory; a second release resolves at once.
+  async release(options = {}) {
+    if (this.released) return;
+    this.released = true;
+    await this.call('Release', {}, options);
   }
 }
 
 module.exports = {
-  Client, GraphBuilder, tensor, decodeTensor, attrValue, requestFromJSON, channelCredentials,
-  connect, grpcTarget, isValidToken, resolveToken, traceMetadata, SERVICE_CONFIG,
-  status: grpc.status,
+  Client, Session, GraphBuilder, backwardCall, tensor, decodeTensor, attrValue, requestFromJSON,
+  channelCredentials, connect, grpcTarget, isValidToken, resolveToken, traceMetadata,
+  SERVICE_CONFIG, SESSION_SERVICE_CONFIG, status: grpc.status,
 };

@@ -2,8 +2,8 @@
 // node_types test: tsc --noEmit --strict). Never run; each @ts-expect-error line is a mistake
 // the types must catch.
 import {
-  Client, GraphBuilder, GradResult, DecodedTensor, ServiceError, requestFromJSON, status, tensor,
-  grpcTarget, resolveToken,
+  Client, GraphBuilder, GradResult, DecodedTensor, ServiceError, Session, BackwardResult,
+  requestFromJSON, status, tensor, backwardCall, grpcTarget, resolveToken,
 } from './index';
 
 async function train(target: string): Promise<number[]> {
@@ -34,6 +34,42 @@ async function train(target: string): Promise<number[]> {
   }
 }
 
+// A session: the forward pass, a seed chosen from its output, a loss added, released.
+async function session(client: Client): Promise<number> {
+  const model = new GraphBuilder()
+    .leaf('x', tensor.float64([1, 2]), { requiresGrad: true })
+    .op('tanh', ['x'], 'y');
+  const s: Session = await client.forward(model, { returnValues: ['y'], deadlineSeconds: 10 });
+  try {
+    const id: string = s.sessionId;
+    const seed = tensor.float64((s.values.y.values as number[]).map((v) => (v > 0 ? 1 : -1)));
+    const first: BackwardResult = await s.backward('y', { inputs: ['x'], seeds: { y: seed },
+                                                         retainGraph: true, deadlineSeconds: 10 });
+    const dx: DecodedTensor | null = first.calls[0].x;
+    await s.backward([backwardCall('y', { inputs: ['x'], seeds: { y: seed } })], { traceId: id });
+    const ext = await s.extend(new GraphBuilder().op('sum', ['y'], 'loss'),
+                               { returnValues: ['loss'] });
+    await s.backward(new GraphBuilder().backward('loss', { createGraph: true }));
+    return ext.numNodes + s.numNodes + (dx?.values.length ?? 0);
+  } catch (err) {
+    if ((err as ServiceError).code === status.FAILED_PRECONDITION) return -1;
+    throw err;
+  } finally {
+    await s.release();
+  }
+}
+
+function sessionMistakes(client: Client, s: Session): void {
+  // @ts-expect-error returnValues is a list of names
+  void client.forward(new GraphBuilder(), { returnValues: 'y' });
+  // @ts-expect-error backward options go with roots, not with a GraphBuilder's calls
+  void s.backward(new GraphBuilder(), { retainGraph: true });
+  // @ts-expect-error the session id is the server's
+  s.sessionId = 'x';
+  // @ts-expect-error withSession's callback takes the Session
+  void client.withSession(new GraphBuilder(), (n: number) => n);
+}
+
 function mistakes(client: Client): void {
   // @ts-expect-error values are numbers, not strings
   tensor.float64(['1']);
@@ -48,4 +84,4 @@ function mistakes(client: Client): void {
   void v;
 }
 
-export { train, mistakes };
+export { train, mistakes, session, sessionMistakes };
