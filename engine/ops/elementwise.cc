@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -1208,6 +1209,29 @@ Tensor Operand(const Tensor& other, const Tensor& self) {
   return OriginalSelf(other, SharesElements(other, self));
 }
 
+// Note [In-place results in a wider dtype]
+// PyTorch computes self.add_(other) in the dtype the out-of-place op gives
+// (torch.result_type) and writes it into self when that dtype can be cast to self's
+// (torch.can_cast: never from a floating dtype to an integral or bool one, never to bool from
+// another). When the result's dtype is self's, the op maps straight into self (its Impl casts
+// other first, as the out-of-place op does). When it is wider and castable (a float32 self, a
+// float64 other), this makes the result out of place from self's old value and copies it in
+// with copy_, whose backward hands self's gradient to that result: the gradients are
+// PyTorch's, the Nodes the op's under a CopyBackwards, and this case alone allocates the result.
+// out_of_place(old_self) makes the op's result. Returns nullopt when the result's dtype is
+// self's, or cannot be cast to it (the Impl then refuses it: CheckInPlaceResult).
+template <typename OutOfPlace>
+std::optional<Tensor> WriteWiderResult(const Tensor& self, const Tensor& other,
+                                       const OutOfPlace& out_of_place) {
+  if (!self.defined() || !other.defined()) return std::nullopt;
+  const DType result = ResultType({&self, &other});
+  const bool castable = (!IsFloating(result) || IsFloating(self.dtype())) &&
+                        (result == DType::kBool || self.dtype() != DType::kBool);
+  if (result == self.dtype() || !castable) return std::nullopt;
+  const Tensor old_self = OriginalSelf(self, ShouldRecordAny({self, other}));
+  return copy_(self, out_of_place(old_self));
+}
+
 // Sets every element to the same value: no gradient flows back to the old value.
 TensorList ZerosFormula(const ElementwiseBackward& n, const Tensor& g) {
   TensorList r(n.num_outputs());
@@ -1250,6 +1274,10 @@ Tensor FillImpl(const char* op, const char* node_name, const Tensor& self, doubl
 
 Tensor add_(const Tensor& self, const Tensor& other, double alpha) {
   CheckInPlace("add_", self, {other});
+  if (auto wider =
+          WriteWiderResult(self, other, [&](const Tensor& s) { return add(s, other, alpha); })) {
+    return *wider;  // Note [In-place results in a wider dtype]
+  }
   return AddImpl("add_", "AddBackward0", self, Operand(other, self), alpha, &self);
 }
 
@@ -1260,6 +1288,10 @@ Tensor add_(const Tensor& self, double other, double alpha) {
 
 Tensor sub_(const Tensor& self, const Tensor& other, double alpha) {
   CheckInPlace("sub_", self, {other});
+  if (auto wider =
+          WriteWiderResult(self, other, [&](const Tensor& s) { return sub(s, other, alpha); })) {
+    return *wider;  // Note [In-place results in a wider dtype]
+  }
   RequireNotBool("sub_", "other", other);
   return AddImpl("sub_", "SubBackward0", self, Operand(other, self), -alpha, &self);
 }
@@ -1271,6 +1303,9 @@ Tensor sub_(const Tensor& self, double other, double alpha) {
 
 Tensor mul_(const Tensor& self, const Tensor& other) {
   CheckInPlace("mul_", self, {other});
+  if (auto wider = WriteWiderResult(self, other, [&](const Tensor& s) { return mul(s, other); })) {
+    return *wider;  // Note [In-place results in a wider dtype]
+  }
   const Tensor o = Operand(other, self);
   // MulBackward0 saves the input for the other's gradient.
   const bool saves_self = ShouldRecordAny({self, o}) && o.requires_grad();
@@ -1284,6 +1319,9 @@ Tensor mul_(const Tensor& self, double other) {
 
 Tensor div_(const Tensor& self, const Tensor& other) {
   CheckInPlace("div_", self, {other});
+  if (auto wider = WriteWiderResult(self, other, [&](const Tensor& s) { return div(s, other); })) {
+    return *wider;  // Note [In-place results in a wider dtype]
+  }
   const Tensor o = Operand(other, self);
   // DivBackward0 saves the input for the other's gradient.
   const bool saves_self = ShouldRecordAny({self, o}) && o.requires_grad();

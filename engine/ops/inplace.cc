@@ -217,8 +217,9 @@ void CheckInPlaceResult(const char* op, const Tensor& self, absl::Span<const int
                ShapeToString(self.shape()), " doesn't match the broadcast shape ",
                ShapeToString(shape));
   GS_CHECK_ARG(dtype == self.dtype(), op, ": result type ", DTypeName(dtype),
-               " can't be written into self of dtype ", DTypeName(self.dtype()),
-               " in place; convert self first (the out-of-place op promotes)");
+               " can't be cast to the desired output type ", DTypeName(self.dtype()),
+               " (as in PyTorch: write into a tensor of a floating dtype, or use the "
+               "out-of-place op)");
 }
 
 Tensor OriginalSelf(const Tensor& t, bool copy) {
