@@ -1223,7 +1223,8 @@ Tensor Operand(const Tensor& other, const Tensor& self) {
 template <typename OutOfPlace>
 std::optional<Tensor> WriteWiderResult(const Tensor& self, const Tensor& other,
                                        const OutOfPlace& out_of_place) {
-  if (!self.defined() || !other.defined()) return std::nullopt;
+  // One dtype (most calls): the result's is self's, with no promotion to work out.
+  if (!self.defined() || !other.defined() || self.dtype() == other.dtype()) return std::nullopt;
   const DType result = ResultType({&self, &other});
   const bool castable = (!IsFloating(result) || IsFloating(self.dtype())) &&
                         (result == DType::kBool || self.dtype() != DType::kBool);
