@@ -350,7 +350,9 @@ absl::StatusOr<GradResult> FromProto(const v1::GradResponse& response) {
       Gradient& grad = out.gradients.emplace_back();
       grad.name = g.name();
       grad.connected = g.connected();
-      if (g.has_value()) {
+      if (g.has_value() && g.value().has_shared_memory()) {
+        grad.in_shared_memory = g.value();
+      } else if (g.has_value()) {
         absl::StatusOr<HostTensor> t = HostTensor::FromProto(g.value());
         if (!t.ok()) return t.status();
         grad.value = *std::move(t);
@@ -613,6 +615,38 @@ absl::StatusOr<std::string> Client::Ping(const std::string& payload, const CallO
   grpc::Status status = stub_->Ping(&context, request, &response);
   if (!status.ok()) return FromGrpcStatus(status);
   return response.payload();
+}
+
+absl::StatusOr<absl::Duration> Client::RegisterSharedMemory(const std::string& name,
+                                                            const std::string& key,
+                                                            int64_t byte_size, bool writable,
+                                                            absl::Duration idle_ttl,
+                                                            const CallOptions& options) {
+  grpc::ClientContext context;
+  SetUp(context, options);
+  CancellerBinding binding(options.canceller, &context, &CallCanceller::Bind,
+                           &CallCanceller::Unbind);
+  v1::RegisterSharedMemoryRequest request;
+  request.set_name(name);
+  request.set_key(key);
+  request.set_byte_size(byte_size);
+  request.set_writable(writable);
+  request.set_idle_ttl_ms(absl::ToInt64Milliseconds(idle_ttl));
+  v1::RegisterSharedMemoryResponse response;
+  grpc::Status status = session_stub_->RegisterSharedMemory(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return absl::Milliseconds(response.idle_ttl_ms());
+}
+
+absl::Status Client::UnregisterSharedMemory(const std::string& name, const CallOptions& options) {
+  grpc::ClientContext context;
+  SetUp(context, options);
+  CancellerBinding binding(options.canceller, &context, &CallCanceller::Bind,
+                           &CallCanceller::Unbind);
+  v1::UnregisterSharedMemoryRequest request;
+  request.set_name(name);
+  v1::UnregisterSharedMemoryResponse response;
+  return FromGrpcStatus(session_stub_->UnregisterSharedMemory(&context, request, &response));
 }
 
 absl::StatusOr<std::string> Client::CheckHealth(const std::string& service,

@@ -110,6 +110,9 @@ struct Gradient {
   std::string name;
   bool connected = false;           // reached from the roots
   std::optional<HostTensor> value;  // absent if not connected and not materialized
+  // For a gradient written to its shared-memory destination: where it is (read it with
+  // SharedMemory::Get(*in_shared_memory)); value is then absent. Its dtype, shape, range.
+  std::optional<v1::Tensor> in_shared_memory;
 };
 struct CallGradients {
   std::vector<Gradient> gradients;
@@ -254,6 +257,14 @@ class Client {
   // Sent over the session channel (see Connect), unary: the request must fit in one message.
   absl::StatusOr<std::unique_ptr<Session>> Forward(const v1::GradRequest& request,
                                                    const CallOptions& options = {});
+  // Shared memory (client/library/shared_memory.h, docs/shared_memory.md): the server maps
+  // byte_size bytes of the POSIX shared-memory object key as region name (writable: gradients
+  // may be written there) until UnregisterSharedMemory or idle_ttl (0: the server's) without
+  // a call naming it. Returns the idle TTL the region got. Sent over the session channel.
+  absl::StatusOr<absl::Duration> RegisterSharedMemory(
+      const std::string& name, const std::string& key, int64_t byte_size, bool writable,
+      absl::Duration idle_ttl = absl::ZeroDuration(), const CallOptions& options = {});
+  absl::Status UnregisterSharedMemory(const std::string& name, const CallOptions& options = {});
   // grpc.health.v1 Check: "SERVING", "NOT_SERVING", ...
   absl::StatusOr<std::string> CheckHealth(const std::string& service = "",
                                           const CallOptions& options = {});

@@ -54,6 +54,10 @@ const char* RpcName(Rpc rpc) {
       return "Extend";
     case Rpc::kRelease:
       return "Release";
+    case Rpc::kRegisterSharedMemory:
+      return "RegisterSharedMemory";
+    case Rpc::kUnregisterSharedMemory:
+      return "UnregisterSharedMemory";
     case Rpc::kPing:
       return "Ping";
     case Rpc::kGetServerInfo:

@@ -29,7 +29,8 @@
 namespace gradserve::server::metrics {
 
 // The service's rpcs, as it names them (the rpc label): the grad calls, which take an engine
-// slot, and the cheap ones it answers at once (Ping, GetServerInfo, the session's Release),
+// slot, and the cheap ones it answers at once (Ping, GetServerInfo, the session's Release, the
+// shared-memory registrations),
 // which are counted (requests_total, request_duration_seconds) but never rejected or queued.
 enum class Rpc {
   kComputeGradients,
@@ -38,10 +39,12 @@ enum class Rpc {
   kBackward,
   kExtend,
   kRelease,
+  kRegisterSharedMemory,
+  kUnregisterSharedMemory,
   kPing,
   kGetServerInfo,
 };
-inline constexpr int kRpcs = 8;
+inline constexpr int kRpcs = 10;
 const char* RpcName(Rpc rpc);
 
 // Why a grad call was refused before it was admitted (the reason label).

@@ -80,6 +80,19 @@ ABSL_FLAG(absl::Duration, session_idle_ttl, kDefaults.session_idle_ttl,
 ABSL_FLAG(int64_t, max_sessions_per_tenant, kDefaults.max_sessions_per_tenant,
           "Graph sessions one tenant (all clients, without --auth_tokens_file) may hold at "
           "once; more Forward calls are refused with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(std::string, shared_memory_prefix, kDefaults.shared_memory.prefix,
+          "Turns on shared memory for clients on this host (docs/shared_memory.md): they may "
+          "register POSIX shared-memory objects whose names start with this prefix, e.g. "
+          "/gradserve, and name ranges of them as tensors' values and gradients' destinations. "
+          "Empty (the default): off, and RegisterSharedMemory is FAILED_PRECONDITION. Turn it on "
+          "only where every client that can reach the port may read and write those objects.");
+ABSL_FLAG(int64_t, max_shared_memory_regions, kDefaults.shared_memory.max_per_tenant,
+          "Shared-memory regions one tenant may hold at once; more registrations are refused "
+          "with RESOURCE_EXHAUSTED. Each region's mapped bytes count against the server's memory "
+          "budget (and the tenant's share) while it is registered.");
+ABSL_FLAG(absl::Duration, shared_memory_idle_ttl, kDefaults.shared_memory.idle_ttl,
+          "A shared-memory region no request named for this long is unregistered and unmapped; "
+          "also the longest idle TTL a client may ask for.");
 ABSL_FLAG(int64_t, max_server_memory_bytes, kDefaults.max_server_memory_bytes,
           "Bytes all requests together may hold (tensors, autograd state, buffered uploads, "
           "responses); past it new work is refused with RESOURCE_EXHAUSTED, never killed by the "
@@ -208,6 +221,9 @@ absl::StatusOr<ServerOptions> OptionsFromFlags() {
   o.upload_idle_timeout = absl::GetFlag(FLAGS_upload_idle_timeout);
   o.session_idle_ttl = absl::GetFlag(FLAGS_session_idle_ttl);
   o.max_sessions_per_tenant = absl::GetFlag(FLAGS_max_sessions_per_tenant);
+  o.shared_memory.prefix = absl::GetFlag(FLAGS_shared_memory_prefix);
+  o.shared_memory.max_per_tenant = absl::GetFlag(FLAGS_max_shared_memory_regions);
+  o.shared_memory.idle_ttl = absl::GetFlag(FLAGS_shared_memory_idle_ttl);
   o.max_server_memory_bytes = absl::GetFlag(FLAGS_max_server_memory_bytes);
   o.grpc_memory_bytes = absl::GetFlag(FLAGS_grpc_memory_bytes);
   o.accept_compressed = absl::GetFlag(FLAGS_accept_compressed);

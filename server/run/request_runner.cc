@@ -75,6 +75,7 @@ absl::Status RequestRunner::ReturnValues(
 
 absl::Status RequestRunner::RunCalls(graph::RecordedGraph& g,
                                      const std::vector<graph::BackwardCall>& calls,
+                                     const std::vector<Destinations>& destinations,
                                      const std::shared_ptr<autograd::CancellationToken>& cancel,
                                      google::protobuf::RepeatedPtrField<v1::CallResult>* out_calls,
                                      ChunkedResponse* deferred) {
@@ -83,10 +84,26 @@ absl::Status RequestRunner::RunCalls(graph::RecordedGraph& g,
         cancel != nullptr ? g.Backward(calls[c], cancel) : g.Backward(calls[c]);
     if (!result.ok()) return Prefixed(result.status(), absl::StrCat("call #", c, ": "));
     v1::CallResult* out = out_calls->Add();
+    const Destinations* to = c < destinations.size() ? &destinations[c] : nullptr;
     for (size_t k = 0; k < result->names.size(); ++k) {
       v1::Gradient* grad = out->add_gradients();
       grad->set_name(result->names[k]);
       grad->set_connected(k < result->connected.size() && result->connected[k]);
+      if (to != nullptr) {
+        if (auto it = to->find(result->names[k]); it != to->end()) {
+          // Note [Shared-memory regions]: the bytes go to the client's region, not the response.
+          if (k < result->grads.size()) {
+            const std::string what =
+                absl::StrCat("call #", c, ": gradient of ", Quote(result->names[k]));
+            if (absl::Status s =
+                    ToSharedMemory(result->grads[k], it->second, what, grad->mutable_value());
+                !s.ok()) {
+              return s;
+            }
+          }
+          continue;
+        }
+      }
       if (k < result->grads.size() && result->grads[k].defined()) {
         if (absl::Status s =
                 ReserveResponse(static_cast<int64_t>(result->grads[k].nbytes()), g.budget());
@@ -114,7 +131,8 @@ absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const gra
   // nor is a graph a session holds, which no later request could reuse while it is held.
   GraphLease& lease =
       lease_.emplace(request.graph(), limits, /*enabled=*/chunked == nullptr && !held, op_records);
-  absl::StatusOr<EngineRequest> converted = FromProto(request, limits, chunked, lease.reusable());
+  absl::StatusOr<EngineRequest> converted =
+      FromProto(request, limits, chunked, lease.reusable(), regions_);
   if (chunked != nullptr) chunked->Clear();
   if (!converted.ok()) return converted.status();
   // Shared, not copied: the recorded Nodes share it for their labels (Note [Node labels]).
@@ -130,7 +148,8 @@ absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const gra
   const absl::Time forward_done = absl::Now();
   timings->set_forward_us(Micros(forward_done - picked));
 
-  if (absl::Status s = RunCalls(g, converted->calls, nullptr, response->mutable_calls(), deferred);
+  if (absl::Status s = RunCalls(g, converted->calls, converted->destinations, nullptr,
+                                response->mutable_calls(), deferred);
       !s.ok()) {
     return s;
   }
@@ -175,9 +194,10 @@ absl::Status RequestRunner::RunBackward(graph::RecordedGraph& g, const v1::GradR
     timings->set_queue_us(Micros(picked - admitted));
     if (absl::Status s = cancel->Check(); !s.ok()) return s;
     // The calls alone: the census checks their strings and seeds; the graph is empty.
-    absl::StatusOr<EngineRequest> converted = FromProto(calls, limits, nullptr, nullptr);
+    absl::StatusOr<EngineRequest> converted = FromProto(calls, limits, nullptr, nullptr, regions_);
     if (!converted.ok()) return converted.status();
-    if (absl::Status s = RunCalls(g, converted->calls, cancel, response->mutable_calls(), nullptr);
+    if (absl::Status s = RunCalls(g, converted->calls, converted->destinations, cancel,
+                                  response->mutable_calls(), nullptr);
         !s.ok()) {
       return s;
     }
@@ -202,7 +222,7 @@ absl::Status RequestRunner::RunExtend(graph::RecordedGraph& g, const v1::GradReq
     {
       // The extension's leaves are the session's from now on (Note [Extending a recorded graph]).
       MemoryBudgetScope session_memory(&g.budget());
-      converted = FromProto(extension, limits, nullptr, nullptr);
+      converted = FromProto(extension, limits, nullptr, nullptr, regions_);
     }
     if (!converted.ok()) return converted.status();
     absl::StatusOr<int64_t> nodes = g.Extend(std::move(converted->graph), cancel);

@@ -35,7 +35,9 @@
 #include "engine/tensor/memory_budget.h"
 #include "gradserve/v1/gradserve.pb.h"
 #include "server/run/graph_cache.h"
+#include "server/shared_memory/registry.h"
 #include "server/wire/chunked_request.h"
+#include "server/wire/wire.h"
 
 namespace gradserve::server {
 
@@ -102,6 +104,11 @@ class RequestRunner {
   // RESOURCE_EXHAUSTED naming the limit it would pass.
   absl::Status ReserveResponse(int64_t bytes, const std::shared_ptr<MemoryBudget>& fallback);
 
+  // The calling tenant's shared-memory regions, which the request's tensors and gradient
+  // destinations may name (Note [Shared-memory regions]); null (the default) allows none.
+  // Call before Run and the others; regions must outlive the runner's calls.
+  void set_regions(RequestRegions* regions) { regions_ = regions; }
+
  private:
   absl::Status RunOrThrow(const v1::GradRequest& request, const graph::Limits& limits,
                           const std::shared_ptr<autograd::CancellationToken>& cancel,
@@ -115,7 +122,9 @@ class RequestRunner {
                             v1::GradResponse* response, ChunkedResponse* deferred);
   // Runs calls over g, in order, into out_calls, charging their gradients to the response.
   // cancel, if not null, replaces g's token (Note [A held graph's token]).
+  // destinations (per call, possibly fewer than calls) send gradients to shared memory.
   absl::Status RunCalls(graph::RecordedGraph& g, const std::vector<graph::BackwardCall>& calls,
+                        const std::vector<Destinations>& destinations,
                         const std::shared_ptr<autograd::CancellationToken>& cancel,
                         google::protobuf::RepeatedPtrField<v1::CallResult>* out_calls,
                         ChunkedResponse* deferred);
@@ -126,6 +135,7 @@ class RequestRunner {
   std::unique_ptr<graph::RecordedGraph> recorded_;
   // The response's bytes: the tensors copied into it, and its serialized form.
   std::optional<MemoryReservation> response_memory_;
+  RequestRegions* regions_ = nullptr;
 };
 
 }  // namespace gradserve::server

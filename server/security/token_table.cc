@@ -120,7 +120,9 @@ uint32_t PermissionFor(absl::string_view path) {
       path == "/gradserve.v1.GradService/ComputeGradientsStream" ||
       path == "/gradserve.v1.GradService/Ping" || path == "/gradserve.v1.GradService/Forward" ||
       path == "/gradserve.v1.GradService/Backward" || path == "/gradserve.v1.GradService/Extend" ||
-      path == "/gradserve.v1.GradService/Release") {
+      path == "/gradserve.v1.GradService/Release" ||
+      path == "/gradserve.v1.GradService/RegisterSharedMemory" ||
+      path == "/gradserve.v1.GradService/UnregisterSharedMemory") {
     return kPermitGrad;
   }
   return kPermitAll;

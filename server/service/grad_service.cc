@@ -49,6 +49,10 @@ const char* LogName(metrics::Rpc rpc) {
       return "extend";
     case metrics::Rpc::kRelease:
       return "release";
+    case metrics::Rpc::kRegisterSharedMemory:
+      return "register_shm";
+    case metrics::Rpc::kUnregisterSharedMemory:
+      return "unregister_shm";
     case metrics::Rpc::kPing:
       return "ping";
     case metrics::Rpc::kGetServerInfo:
@@ -345,6 +349,7 @@ GradService::GradService(ServerOptions options, std::shared_ptr<TokenAuth> auth)
       auth_(std::move(auth)),
       sessions_(std::make_unique<SessionStore>(options_.session_idle_ttl,
                                                options_.max_sessions_per_tenant)),
+      shared_memory_(std::make_unique<SharedMemoryRegistry>(options_.shared_memory)),
       pool_(std::make_unique<WorkerPool>(
           options_.worker_threads > 0
               ? options_.worker_threads
@@ -536,8 +541,11 @@ absl::Status GradService::Run(const Job& job, RequestRunner& runner) {
     // Every tensor of the request counts against the server's budget too (Note [Budgets
     // within a budget]).
     MemoryBudgetScope server_memory(&BudgetOf(job.tenant));
+    RequestRegions regions(shared_memory_.get(), TenantKey(job.tenant));
+    runner.set_regions(&regions);
     status = runner.Run(*job.request, options_.limits, job.cancel, job.received, job.response,
                         job.chunked, job.deferred, job.op_records);
+    runner.set_regions(nullptr);
   }
   int64_t bytes_out = 0;
   if (status.ok()) {
@@ -636,7 +644,8 @@ bool GradService::Logs(const absl::Status& status) const {
 
 void GradService::StartDraining() {
   draining_.store(true);
-  sessions_->EndAll();  // Note [Graph sessions]: draining waits for calls, not for sessions
+  sessions_->EndAll();       // Note [Graph sessions]: draining waits for calls, not for sessions
+  shared_memory_->EndAll();  // calls using a region hold it until they end
 }
 
 bool GradService::WaitUntilIdle(absl::Duration timeout) {
@@ -720,6 +729,8 @@ v1::Counters GradService::counters() const {
   c.set_uptime_us(absl::ToInt64Microseconds(absl::Now() - started_));
   c.set_in_flight(in_flight_.load(std::memory_order_relaxed));
   c.set_sessions(sessions_->size());
+  c.set_shared_memory_regions(shared_memory_->size());
+  c.set_shared_memory_bytes(shared_memory_->bytes());
   return c;
 }
 

@@ -51,10 +51,17 @@
 #include "server/service/server_options.h"
 #include "server/service/trace_id.h"
 #include "server/session/session_store.h"
+#include "server/shared_memory/registry.h"
 #include "server/wire/chunked_request.h"
 #include "server/wire/unary_messages.h"
 
 namespace gradserve::server {
+
+// The name of a call's tenant in the session store and the shared-memory registry: the
+// implicit tenant (null, without a token file) is "".
+inline std::string TenantKey(const Tenant* tenant) {
+  return tenant == nullptr ? "" : tenant->name();
+}
 
 // Thread safety: the gRPC methods are called by gRPC from any thread; StartDraining,
 // WaitUntilIdle and counters may be called from any thread. The destructor waits for the
@@ -66,15 +73,19 @@ namespace gradserve::server {
 // sent without a copy] in server/wire/chunk_message.h).
 // (The raw stream's handler has the typed one's parameters, so the typed mixin of
 // CallbackService cannot be below it: the service is built from the four mixins it uses.)
-class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeGradients<
-                              v1::GradService::WithRawCallbackMethod_ComputeGradientsStream<
-                                  v1::GradService::WithCallbackMethod_GetServerInfo<
-                                      v1::GradService::WithCallbackMethod_Ping<
-                                          v1::GradService::WithCallbackMethod_Forward<
-                                              v1::GradService::WithCallbackMethod_Backward<
-                                                  v1::GradService::WithCallbackMethod_Extend<
-                                                      v1::GradService::WithCallbackMethod_Release<
-                                                          v1::GradService::Service>>>>>>>> {
+class GradService final
+    : public v1::GradService::WithRawCallbackMethod_ComputeGradients<
+          v1::GradService::WithRawCallbackMethod_ComputeGradientsStream<
+              v1::GradService::WithCallbackMethod_GetServerInfo<
+                  v1::GradService::WithCallbackMethod_Ping<
+                      v1::GradService::WithCallbackMethod_Forward<
+                          v1::GradService::WithCallbackMethod_Backward<
+                              v1::GradService::WithCallbackMethod_Extend<
+                                  v1::GradService::WithCallbackMethod_Release<
+                                      v1::GradService::WithCallbackMethod_RegisterSharedMemory<
+                                          v1::GradService::
+                                              WithCallbackMethod_UnregisterSharedMemory<
+                                                  v1::GradService::Service>>>>>>>>>> {
  public:
   // auth: the token file's processor (Note [Who may call]), or null: one implicit tenant.
   explicit GradService(ServerOptions options, std::shared_ptr<TokenAuth> auth = nullptr);
@@ -108,6 +119,15 @@ class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeG
                                     const v1::ReleaseRequest* request,
                                     v1::ReleaseResponse* response) override;
 
+  // Shared memory (Note [Shared-memory regions] in server/shared_memory/registry.h), in
+  // shared_memory_calls.cc: answered inline, taking no engine slot.
+  grpc::ServerUnaryReactor* RegisterSharedMemory(
+      grpc::CallbackServerContext* context, const v1::RegisterSharedMemoryRequest* request,
+      v1::RegisterSharedMemoryResponse* response) override;
+  grpc::ServerUnaryReactor* UnregisterSharedMemory(
+      grpc::CallbackServerContext* context, const v1::UnregisterSharedMemoryRequest* request,
+      v1::UnregisterSharedMemoryResponse* response) override;
+
   // From now on grad calls are refused with UNAVAILABLE; those admitted go on. Ends every
   // session: their ids are NOT_FOUND from now on, and session calls say that the server
   // ended them.
@@ -125,6 +145,7 @@ class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeG
   const std::shared_ptr<MemoryBudget>& memory() const { return memory_; }
   const UploadTracker& uploads() const { return uploads_; }
   const SessionStore& sessions() const { return *sessions_; }
+  const SharedMemoryRegistry& shared_memory() const { return *shared_memory_; }
 
  private:
   class UnaryGradReactor;
@@ -246,6 +267,8 @@ class GradService final : public v1::GradService::WithRawCallbackMethod_ComputeG
   std::unique_ptr<Tenants> tenants_;       // likewise
   // The graphs sessions hold (Note [Graph sessions]); freed before the budgets they draw from.
   std::unique_ptr<SessionStore> sessions_;
+  // The regions clients registered (Note [Shared-memory regions]); likewise.
+  std::unique_ptr<SharedMemoryRegistry> shared_memory_;
 
   // Last member: destroyed first, so workers finish while the rest is alive.
   std::unique_ptr<WorkerPool> pool_;

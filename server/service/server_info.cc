@@ -94,6 +94,9 @@ v1::ServerInfo DescribeServer(const ServerOptions& options) {
   l->set_chunk_bytes(options.chunk_bytes);
   l->set_max_sessions_per_tenant(options.max_sessions_per_tenant);
   l->set_session_idle_ttl_ms(absl::ToInt64Milliseconds(options.session_idle_ttl));
+  l->set_shared_memory_prefix(options.shared_memory.prefix);
+  l->set_max_shared_memory_regions(options.shared_memory.max_per_tenant);
+  l->set_shared_memory_idle_ttl_ms(absl::ToInt64Milliseconds(options.shared_memory.idle_ttl));
 
   const DeviceRegistry& devices = DeviceRegistry::Get();
   for (Device device : devices.devices()) {

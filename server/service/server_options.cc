@@ -86,9 +86,25 @@ absl::Status CheckOptions(const ServerOptions& o) {
         absl::StrCat("--session_idle_ttl must be positive and finite, got ",
                      absl::FormatDuration(o.session_idle_ttl)));
   }
+  if (o.shared_memory.idle_ttl <= absl::ZeroDuration() ||
+      o.shared_memory.idle_ttl == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shared_memory_idle_ttl must be positive and finite, got ",
+                     absl::FormatDuration(o.shared_memory.idle_ttl)));
+  }
+  if (!o.shared_memory.prefix.empty() &&
+      (o.shared_memory.prefix.front() != '/' ||
+       o.shared_memory.prefix.find('/', 1) != std::string::npos ||
+       o.shared_memory.prefix.size() < 2)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shared_memory_prefix must be empty (off) or '/' then a name without '/' "
+                     "(a POSIX shared-memory name's start), got '",
+                     o.shared_memory.prefix, "'"));
+  }
   for (auto [name, value] :
        {std::pair<const char*, int64_t>{"max_message_bytes", o.max_message_bytes},
         {"max_sessions_per_tenant", o.max_sessions_per_tenant},
+        {"max_shared_memory_regions", o.shared_memory.max_per_tenant},
         {"max_uploads", o.max_uploads},
         {"max_request_bytes", o.max_request_bytes},
         {"chunk_bytes", o.chunk_bytes},

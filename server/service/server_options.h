@@ -15,6 +15,7 @@
 #include "gradserve/v1/gradserve.pb.h"
 #include "server/limits/server_memory.h"
 #include "server/security/security_options.h"
+#include "server/shared_memory/registry.h"
 
 namespace gradserve::server {
 
@@ -41,6 +42,10 @@ struct ServerOptions {
   // max_sessions_per_tenant at once.
   absl::Duration session_idle_ttl = absl::Minutes(5);
   int64_t max_sessions_per_tenant = 64;
+  // Shared memory for clients on the server's host (Note [Shared-memory regions] in
+  // server/shared_memory/registry.h): the keys' prefix (empty: off), regions per tenant, and
+  // the longest idle TTL.
+  SharedMemoryOptions shared_memory;
   // What all requests together may hold: tensors, autograd state, buffered uploads, responses
   // being serialized (Note [Sizing the server's memory] in server/limits/server_memory.h).
   // 0: kServerBudgetShare of the container's memory limit, else of physical memory.

@@ -18,9 +18,6 @@
 namespace gradserve::server {
 namespace {
 
-// The session store's name for a call's tenant: the implicit tenant is "".
-std::string TenantKey(const Tenant* tenant) { return tenant == nullptr ? "" : tenant->name(); }
-
 // A refusal at admission, said in the session's terms when the server drains.
 absl::Status SessionRefusal(const absl::Status& status) {
   if (status.code() != absl::StatusCode::kUnavailable) return status;
@@ -135,7 +132,9 @@ grpc::ServerUnaryReactor* GradService::Forward(grpc::CallbackServerContext* cont
         {
           MemoryReservation request_memory(BudgetOf(tenant));
           status = HoldRequest(request_memory, bytes_in);
+          RequestRegions regions(shared_memory_.get(), TenantKey(tenant));
           RequestRunner runner;
+          runner.set_regions(&regions);
           if (status.ok()) {
             // The forward pass: a GradRequest without calls.
             v1::GradRequest grad;
@@ -178,7 +177,9 @@ grpc::ServerUnaryReactor* GradService::Backward(grpc::CallbackServerContext* con
         grad.set_request_id(request->request_id());
         *grad.mutable_calls() = request->calls();
         v1::GradResponse out;
+        RequestRegions regions(shared_memory_.get(), TenantKey(tenant));
         RequestRunner runner;
+        runner.set_regions(&regions);
         const absl::Status status =
             OnSession(*sessions_, tenant, request->session_id(), BudgetOf(tenant),
                       [&](graph::RecordedGraph& g) {
@@ -205,7 +206,9 @@ grpc::ServerUnaryReactor* GradService::Extend(grpc::CallbackServerContext* conte
         {
           MemoryReservation request_memory(BudgetOf(tenant));
           status = HoldRequest(request_memory, bytes_in);
+          RequestRegions regions(shared_memory_.get(), TenantKey(tenant));
           RequestRunner runner;
+          runner.set_regions(&regions);
           if (status.ok()) {
             v1::GradRequest grad;  // the extension's graph, without calls
             grad.set_request_id(request->request_id());

@@ -47,19 +47,9 @@ absl::Status SessionNotFound(absl::string_view id) {
 }
 
 SessionStore::SessionStore(absl::Duration idle_ttl, int64_t max_per_tenant)
-    : idle_ttl_(idle_ttl), max_per_tenant_(std::max<int64_t>(1, max_per_tenant)) {
-  reaper_ = std::thread([this] { Reap(); });
-}
+    : idle_ttl_(idle_ttl), max_per_tenant_(std::max<int64_t>(1, max_per_tenant)) {}
 
-SessionStore::~SessionStore() {
-  {
-    MutexLock lock(&mutex_);
-    stop_ = true;
-    stop_signal_.SignalAll();
-  }
-  reaper_.join();
-  EndAll();
-}
+SessionStore::~SessionStore() { EndAll(); }
 
 absl::StatusOr<std::string> SessionStore::Add(absl::string_view tenant,
                                               std::unique_ptr<graph::RecordedGraph> graph) {
@@ -136,23 +126,14 @@ int64_t SessionStore::size() const {
 }
 
 void SessionStore::Reap() {
-  // A few checks per TTL, at most one a second: a session lives at most a quarter more.
-  const absl::Duration period = std::min(idle_ttl_ / 4, absl::Seconds(1));
-  while (true) {
-    std::vector<std::shared_ptr<Session>> expired;  // freed after the lock is released
-    MutexLock lock(&mutex_);
-    if (stop_signal_.WaitWithDeadline(
-            &mutex_, absl::Now() + period,
-            [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return stop_; })) {
-      return;
-    }
-    const absl::Time now = absl::Now();
-    std::vector<std::string> ids;
-    for (const auto& [id, entry] : sessions_) {
-      if (entry.uses == 0 && now - entry.last_used >= idle_ttl_) ids.push_back(id);
-    }
-    for (const std::string& id : ids) expired.push_back(EraseLocked(id));
+  std::vector<std::shared_ptr<Session>> expired;  // freed after the lock is released
+  MutexLock lock(&mutex_);
+  const absl::Time now = absl::Now();
+  std::vector<std::string> ids;
+  for (const auto& [id, entry] : sessions_) {
+    if (entry.uses == 0 && now - entry.last_used >= idle_ttl_) ids.push_back(id);
   }
+  for (const std::string& id : ids) expired.push_back(EraseLocked(id));
 }
 
 }  // namespace gradserve::server

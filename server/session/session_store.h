@@ -28,10 +28,10 @@
 #ifndef GRADSERVE_SERVER_SESSION_SESSION_STORE_H_
 #define GRADSERVE_SERVER_SESSION_SESSION_STORE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -41,6 +41,7 @@
 #include "absl/time/time.h"
 #include "engine/graph/interpreter.h"
 #include "engine/util/mutex.h"
+#include "server/base/periodic_thread.h"
 
 namespace gradserve::server {
 
@@ -105,7 +106,7 @@ class SessionStore {
     absl::Time last_used;  // when the last call ended, or it was made
   };
 
-  // Ends the sessions idle past the TTL, until the store is destroyed.
+  // Ends the sessions idle past the TTL: the reaper's run.
   void Reap();
   // Removes id's entry (under mutex_), returning its session to be freed outside the lock.
   std::shared_ptr<Session> EraseLocked(absl::string_view id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
@@ -113,14 +114,14 @@ class SessionStore {
   const absl::Duration idle_ttl_;
   const int64_t max_per_tenant_;
 
-  // Guards the sessions, the per-tenant counts and the stop and end flags.
+  // Guards the sessions, the per-tenant counts and the end flag.
   mutable Mutex mutex_;
-  CondVar stop_signal_;
   absl::flat_hash_map<std::string, Entry> sessions_ ABSL_GUARDED_BY(mutex_);
   absl::flat_hash_map<std::string, int64_t> per_tenant_ ABSL_GUARDED_BY(mutex_);
   bool ended_ ABSL_GUARDED_BY(mutex_) = false;
-  bool stop_ ABSL_GUARDED_BY(mutex_) = false;
-  std::thread reaper_;  // last: started once the rest is made
+  // Last: started once the rest is made, stopped before it goes. A few checks per TTL, at most
+  // one a second: a session lives at most a quarter more.
+  PeriodicThread reaper_{std::min(idle_ttl_ / 4, absl::Seconds(1)), [this] { Reap(); }};
 };
 
 // The status for an id that the store does not hold: NOT_FOUND naming it (quoted, truncated).

@@ -18,6 +18,7 @@
 #include "engine/tensor/shape.h"
 #include "engine/util/quote.h"
 #include "engine/util/status_error.h"
+#include "server/shared_memory/region.h"
 
 namespace gradserve::server {
 namespace {
@@ -32,7 +33,26 @@ struct TensorPlan {
   int64_t numel = 0;
   int64_t nbytes = 0;
   Device device = kCPU;
+  // For contents in shared memory: the region (held by the request's RequestRegions) and the
+  // offset of the bytes in it.
+  const SharedMemoryRegion* region = nullptr;
+  int64_t offset = 0;
 };
+
+// INVALID_ARGUMENT naming the first byte of n at p that is neither 0 nor 1 (bool data); `first`
+// is the index of p[0] in the whole tensor.
+std::optional<absl::Status> CheckBools(const char* p, size_t n, size_t first,
+                                       absl::FunctionRef<std::string()> what) {
+  for (size_t k = 0; k < n; ++k) {
+    const auto byte = static_cast<unsigned char>(p[k]);
+    if (byte > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(what(), ": byte ", first + k,
+                                                     " of bool data is ", static_cast<int>(byte),
+                                                     "; bools are 0 or 1"));
+    }
+  }
+  return std::nullopt;
+}
 
 // The raw bytes of a tensor whose contents are `data`: inline in the message, or left in the
 // received chunks of a streamed request (Note [Tensor bytes left in the chunks]).
@@ -151,7 +171,7 @@ absl::Status CheckOpStrings(const v1::Op& op, int index, const graph::Limits& li
 // it in errors ("leaf 'x'"); it is called only to write an error, so a good request builds no
 // descriptions.
 absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& limits,
-                                      const ChunkedRequest* chunked,
+                                      const TensorSources& sources,
                                       absl::FunctionRef<std::string()> what) {
   TensorPlan plan;
   std::optional<DType> dtype = FromProto(t.dtype());
@@ -184,7 +204,7 @@ absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& 
   const char* dtype_name = DTypeName(plan.dtype);
   switch (t.contents_case()) {
     case v1::Tensor::kData: {
-      const DataView data(t, chunked);
+      const DataView data(t, sources.chunked);
       if (static_cast<int64_t>(data.size()) != plan.nbytes) {
         return absl::InvalidArgumentError(
             absl::StrCat(what(), ": data has ", data.size(), " bytes but ", dtype_name,
@@ -195,14 +215,8 @@ absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& 
         size_t i = 0;
         std::optional<absl::Status> bad;
         data.ForEachPiece([&](const char* p, size_t n) {
-          for (size_t k = 0; k < n && !bad; ++k, ++i) {
-            const auto byte = static_cast<unsigned char>(p[k]);
-            if (byte > 1) {
-              bad = absl::InvalidArgumentError(
-                  absl::StrCat(what(), ": byte ", i, " of bool data is ", static_cast<int>(byte),
-                               "; bools are 0 or 1"));
-            }
-          }
+          if (!bad) bad = CheckBools(p, n, i, what);
+          i += n;
         });
         if (bad) return *bad;
       }
@@ -237,10 +251,40 @@ absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& 
       }
       break;
     }
+    case v1::Tensor::kSharedMemory: {
+      // Note [Shared-memory regions] in server/shared_memory/registry.h.
+      const v1::SharedMemoryRange& range = t.shared_memory();
+      if (absl::Status s =
+              CheckString(range.region(), limits,
+                          [&] { return absl::StrCat(what(), ": shared_memory.region"); });
+          !s.ok()) {
+        return s;
+      }
+      if (range.byte_size() != 0 && range.byte_size() != plan.nbytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what(), ": shared_memory.byte_size is ", range.byte_size(), " but ", dtype_name,
+            ShapeToString(plan.shape), " needs ", plan.nbytes, " (or give 0)"));
+      }
+      if (sources.regions == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what(), ": shared memory cannot be used by this call"));
+      }
+      absl::StatusOr<const SharedMemoryRegion*> region =
+          sources.regions->Find(range.region(), what());
+      if (!region.ok()) return region.status();
+      if (absl::Status s = (*region)->CheckRange(range.offset(), plan.nbytes, what()); !s.ok()) {
+        return s;
+      }
+      plan.region = *region;
+      plan.offset = range.offset();
+      break;
+    }
     case v1::Tensor::CONTENTS_NOT_SET:
       if (plan.numel != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            what(), ": no contents; set 'data' (raw little-endian bytes) or 'values'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(what(),
+                         ": no contents; set 'data' (raw little-endian bytes), 'values' or "
+                         "'shared_memory'"));
       }
       break;
   }
@@ -265,9 +309,11 @@ absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& 
 
 // Allocates and fills the tensor a plan (from PlanTensor on t) describes. Bytes left in one
 // received chunk are adopted there (Note [Adopted storage]); others are copied. Throws
-// StatusError when out of memory or when the device copy fails.
-Tensor MakeTensor(const v1::Tensor& t, const TensorPlan& plan, const ChunkedRequest* chunked) {
-  const DataView data(t, chunked);
+// StatusError when out of memory, when the device copy fails, or when the bytes in shared
+// memory cannot be read or are not bools where they must be (`what` names the tensor then).
+Tensor MakeTensor(const v1::Tensor& t, const TensorPlan& plan, const TensorSources& sources,
+                  absl::FunctionRef<std::string()> what) {
+  const DataView data(t, sources.chunked);
   if (t.contents_case() == v1::Tensor::kData && data.external() != nullptr &&
       data.external()->pieces.size() == 1) {
     const ChunkedRequest::Piece& piece = data.external()->pieces.front();
@@ -281,6 +327,17 @@ Tensor MakeTensor(const v1::Tensor& t, const TensorPlan& plan, const ChunkedRequ
       if (n > 0) std::memcpy(out, p, n);
       out += n;
     });
+  } else if (t.contents_case() == v1::Tensor::kSharedMemory) {
+    if (absl::Status s = plan.region->Read(plan.offset, plan.nbytes, host.raw_data(), what());
+        !s.ok()) {
+      throw StatusError(std::move(s));
+    }
+    if (plan.dtype == DType::kBool) {
+      if (std::optional<absl::Status> bad =
+              CheckBools(static_cast<const char*>(host.raw_data()), plan.nbytes, 0, what)) {
+        throw StatusError(*std::move(bad));
+      }
+    }
   } else if (t.contents_case() == v1::Tensor::kValues) {
     const v1::TensorValues& v = t.values();
     DispatchDType(plan.dtype, [&](auto tag) {
@@ -303,8 +360,8 @@ Tensor MakeTensor(const v1::Tensor& t, const TensorPlan& plan, const ChunkedRequ
 // Pass one of Note [Validate before allocating]: counts and tensor plans, no allocation.
 class Census {
  public:
-  Census(const graph::Limits& limits, const ChunkedRequest* chunked)
-      : limits_(limits), chunked_(chunked) {}
+  Census(const graph::Limits& limits, const TensorSources& sources)
+      : limits_(limits), sources_(sources) {}
 
   absl::Status CountGraph(const v1::Graph& g, int64_t depth, const std::string& scope) {
     if (depth > limits_.max_nesting) {
@@ -361,7 +418,7 @@ class Census {
   }
 
   absl::Status CountTensor(const v1::Tensor& t, absl::FunctionRef<std::string()> what) {
-    absl::StatusOr<TensorPlan> plan = PlanTensor(t, limits_, chunked_, what);
+    absl::StatusOr<TensorPlan> plan = PlanTensor(t, limits_, sources_, what);
     if (!plan.ok()) return plan.status();
     if (__builtin_add_overflow(bytes_, plan->nbytes, &bytes_) ||
         bytes_ > limits_.max_memory_bytes) {
@@ -374,7 +431,7 @@ class Census {
 
  private:
   const graph::Limits& limits_;
-  const ChunkedRequest* const chunked_;
+  const TensorSources& sources_;
   int64_t leaves_ = 0;
   int64_t ops_ = 0;
   int64_t bytes_ = 0;
@@ -437,24 +494,23 @@ absl::StatusOr<ops::AttrValue> FromProto(const v1::AttrValue& v,
 
 // A leaf's value, made from the wire: pass two, as BuildGraph below.
 absl::StatusOr<Tensor> LeafValue(const v1::Leaf& leaf, const graph::Limits& limits,
-                                 const ChunkedRequest* chunked, const std::string& scope) {
-  absl::StatusOr<TensorPlan> plan = PlanTensor(leaf.value(), limits, chunked, [&] {
-    return absl::StrCat(scope, "leaf ", Quote(leaf.name()));
-  });
+                                 const TensorSources& sources, const std::string& scope) {
+  auto what = [&] { return absl::StrCat(scope, "leaf ", Quote(leaf.name())); };
+  absl::StatusOr<TensorPlan> plan = PlanTensor(leaf.value(), limits, sources, what);
   if (!plan.ok()) return plan.status();
-  return MakeTensor(leaf.value(), *plan, chunked);
+  return MakeTensor(leaf.value(), *plan, sources, what);
 }
 
 // Pass two: allocation. Only called once the census passed. Throws StatusError when an
 // allocation fails.
 absl::StatusOr<graph::Graph> BuildGraph(const v1::Graph& g, const graph::Limits& limits,
-                                        const ChunkedRequest* chunked, const std::string& scope) {
+                                        const TensorSources& sources, const std::string& scope) {
   graph::Graph out;
   out.inputs.assign(g.inputs().begin(), g.inputs().end());
   out.outputs.assign(g.outputs().begin(), g.outputs().end());
   out.leaves.reserve(g.leaves_size());
   for (const v1::Leaf& leaf : g.leaves()) {
-    absl::StatusOr<Tensor> value = LeafValue(leaf, limits, chunked, scope);
+    absl::StatusOr<Tensor> value = LeafValue(leaf, limits, sources, scope);
     if (!value.ok()) return value.status();
     out.leaves.push_back(graph::Leaf{leaf.name(), *std::move(value), leaf.requires_grad()});
   }
@@ -482,7 +538,7 @@ absl::StatusOr<graph::Graph> BuildGraph(const v1::Graph& g, const graph::Limits&
     }
     if (op.has_body()) {
       absl::StatusOr<graph::Graph> body =
-          BuildGraph(op.body(), limits, chunked,
+          BuildGraph(op.body(), limits, sources,
                      absl::StrCat(scope, "in the body of ", DescribeOp(op, i), ": "));
       if (!body.ok()) return body.status();
       dst.body = std::make_shared<const graph::Graph>(*std::move(body));
@@ -538,7 +594,7 @@ bool SameOp(const v1::Op& wire, const graph::Op& built) {
 
 absl::StatusOr<graph::BackwardCall> BuildCall(const v1::BackwardCall& call, int index,
                                               const graph::Limits& limits,
-                                              const ChunkedRequest* chunked) {
+                                              const TensorSources& sources) {
   graph::BackwardCall out;
   out.roots.assign(call.roots().begin(), call.roots().end());
   out.inputs.assign(call.inputs().begin(), call.inputs().end());
@@ -554,14 +610,82 @@ absl::StatusOr<graph::BackwardCall> BuildCall(const v1::BackwardCall& call, int 
     auto it = call.seeds().find(out.roots[r]);
     if (it == call.seeds().end()) continue;
     auto what = [&] { return DescribeSeed(index, out.roots[r]); };
-    absl::StatusOr<TensorPlan> plan = PlanTensor(it->second, limits, chunked, what);
+    absl::StatusOr<TensorPlan> plan = PlanTensor(it->second, limits, sources, what);
     if (!plan.ok()) return plan.status();
-    out.seeds[r] = MakeTensor(it->second, *plan, chunked);
+    out.seeds[r] = MakeTensor(it->second, *plan, sources, what);
+  }
+  return out;
+}
+
+// The destinations of call #index's gradients, each range checked against its region (Note
+// [Shared-memory regions]). INVALID_ARGUMENT for a name that is not one of the call's inputs,
+// a region that is not writable or a range outside it; errors of RequestRegions::Find.
+absl::StatusOr<Destinations> FindDestinations(const v1::BackwardCall& call, int index,
+                                              const graph::Limits& limits,
+                                              const TensorSources& sources) {
+  Destinations out;
+  const absl::flat_hash_set<std::string> inputs(call.inputs().begin(), call.inputs().end());
+  for (const auto& entry : call.gradient_destinations()) {
+    const std::string& input = entry.first;  // captured below: no structured binding (clang 14)
+    const v1::SharedMemoryRange& range = entry.second;
+    auto what = [&] {
+      return absl::StrCat("call #", index, ": gradient destination for ", Quote(input));
+    };
+    if (absl::Status s = CheckString(input, limits, what); !s.ok()) return s;
+    if (absl::Status s =
+            CheckString(range.region(), limits, [&] { return absl::StrCat(what(), ": region"); });
+        !s.ok()) {
+      return s;
+    }
+    if (!inputs.empty() && !inputs.contains(input)) {
+      return absl::InvalidArgumentError(absl::StrCat(what(), ": not one of the call's inputs"));
+    }
+    if (sources.regions == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what(), ": shared memory cannot be used by this call"));
+    }
+    absl::StatusOr<const SharedMemoryRegion*> region =
+        sources.regions->Find(range.region(), what());
+    if (!region.ok()) return region.status();
+    if (!(*region)->writable()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what(), ": shared-memory region ", Quote(range.region()),
+          " was registered read-only; register it with writable set to write gradients there"));
+    }
+    if (absl::Status s = (*region)->CheckRange(range.offset(), range.byte_size(), what());
+        !s.ok()) {
+      return s;
+    }
+    out.emplace(input, GradientDestination{*region, range.offset(), range.byte_size()});
   }
   return out;
 }
 
 }  // namespace
+
+absl::Status ToSharedMemory(const Tensor& tensor, const GradientDestination& destination,
+                            absl::string_view what, v1::Tensor* out) {
+  if (!tensor.defined()) return absl::OkStatus();
+  Tensor host = (tensor.device().is_cpu() ? tensor : tensor.To(kCPU)).contiguous();
+  if (static_cast<int64_t>(host.nbytes()) != destination.byte_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": the gradient is ", DTypeName(host.dtype()), ShapeToString(host.shape()), ", ",
+        host.nbytes(), " bytes, but its destination range has ", destination.byte_size));
+  }
+  if (absl::Status s = destination.region->Write(destination.offset, host.raw_data(),
+                                                 destination.byte_size, what);
+      !s.ok()) {
+    return s;
+  }
+  out->set_dtype(ToProto(tensor.dtype()));
+  out->mutable_shape()->Assign(tensor.shape().begin(), tensor.shape().end());
+  out->set_device(DeviceName(tensor.device()));
+  v1::SharedMemoryRange* range = out->mutable_shared_memory();
+  range->set_region(destination.region->name());
+  range->set_offset(destination.offset);
+  range->set_byte_size(destination.byte_size);
+  return absl::OkStatus();
+}
 
 std::optional<DType> FromProto(v1::DType dtype) {
   switch (dtype) {
@@ -615,7 +739,9 @@ bool SameStructure(const v1::Graph& wire, const graph::Graph& built, bool compar
 
 absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const graph::Limits& limits,
                                         const ChunkedRequest* chunked,
-                                        std::shared_ptr<graph::Graph> same_structure) {
+                                        std::shared_ptr<graph::Graph> same_structure,
+                                        RequestRegions* regions) {
+  const TensorSources sources{chunked, regions};
   // Pass one: nothing is allocated until the whole request is known to fit, and every string
   // of the client's is within max_name_bytes (Note [Quoting client strings]).
   if (absl::Status s = CheckString(request.request_id(), limits, [] { return "request_id"; });
@@ -632,7 +758,8 @@ absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const gr
         "the request has ", request.calls_size(), " backward calls, over the limit of ",
         limits.max_backward_calls, " (--max_backward_calls)"));
   }
-  Census census(limits, chunked);
+  Census census(limits, sources);
+  std::vector<Destinations> destinations;
   if (absl::Status s = census.CountGraph(request.graph(), 0, ""); !s.ok()) return s;
   for (int c = 0; c < request.calls_size(); ++c) {
     const v1::BackwardCall& call = request.calls(c);
@@ -649,6 +776,12 @@ absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const gr
       if (absl::Status s = census.CountTensor(seed, [&] { return DescribeSeed(c, root); }); !s.ok())
         return s;
     }
+    if (!call.gradient_destinations().empty()) {
+      absl::StatusOr<Destinations> found = FindDestinations(call, c, limits, sources);
+      if (!found.ok()) return found.status();
+      destinations.resize(static_cast<size_t>(request.calls_size()));
+      destinations[static_cast<size_t>(c)] = *std::move(found);
+    }
   }
 
   // Pass two.
@@ -657,22 +790,23 @@ absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const gr
     if (same_structure != nullptr) {
       // Only the top level's leaves (Note [Reusing a validated graph]).
       for (int i = 0; i < request.graph().leaves_size(); ++i) {
-        absl::StatusOr<Tensor> value = LeafValue(request.graph().leaves(i), limits, chunked, "");
+        absl::StatusOr<Tensor> value = LeafValue(request.graph().leaves(i), limits, sources, "");
         if (!value.ok()) return value.status();
         same_structure->leaves[static_cast<size_t>(i)].value = *std::move(value);
       }
       out.graph = std::move(same_structure);
     } else {
-      absl::StatusOr<graph::Graph> g = BuildGraph(request.graph(), limits, chunked, "");
+      absl::StatusOr<graph::Graph> g = BuildGraph(request.graph(), limits, sources, "");
       if (!g.ok()) return g.status();
       out.graph = std::make_shared<graph::Graph>(*std::move(g));
     }
     out.calls.reserve(request.calls_size());
     for (int c = 0; c < request.calls_size(); ++c) {
-      absl::StatusOr<graph::BackwardCall> call = BuildCall(request.calls(c), c, limits, chunked);
+      absl::StatusOr<graph::BackwardCall> call = BuildCall(request.calls(c), c, limits, sources);
       if (!call.ok()) return call.status();
       out.calls.push_back(*std::move(call));
     }
+    out.destinations = std::move(destinations);
     return out;
   } catch (const StatusError& e) {
     return e.status();

@@ -1,0 +1,67 @@
+#include "server/shared_memory/guarded_copy.h"
+
+#include <csetjmp>
+#include <csignal>
+#include <cstring>
+#include <mutex>
+
+namespace gradserve::server {
+namespace {
+
+// The jump target of the copy running on this thread, or null outside one. Written only by its
+// own thread, read by the SIGBUS handler on that thread: the signal is synchronous, so it is
+// delivered to the thread that touched the page.
+thread_local sigjmp_buf* volatile current_copy = nullptr;
+
+// The SIGBUS action before ours, for the faults that are not a guarded copy's.
+struct sigaction previous_action;
+
+void OnSigbus(int signal, siginfo_t* info, void* context) {
+  if (sigjmp_buf* jump = current_copy; jump != nullptr) {
+    current_copy = nullptr;
+    siglongjmp(*jump, 1);
+  }
+  // Not ours: what was there before handles it.
+  if ((previous_action.sa_flags & SA_SIGINFO) != 0 && previous_action.sa_sigaction != nullptr) {
+    previous_action.sa_sigaction(signal, info, context);
+    return;
+  }
+  if (previous_action.sa_handler != SIG_DFL && previous_action.sa_handler != SIG_IGN) {
+    previous_action.sa_handler(signal);
+    return;
+  }
+  // The default action: die of SIGBUS, as without this handler. Returning re-executes the
+  // faulting access, which raises it again with the default action in place.
+  struct sigaction fallback = {};
+  fallback.sa_handler = SIG_DFL;
+  sigemptyset(&fallback.sa_mask);
+  sigaction(SIGBUS, &fallback, nullptr);
+}
+
+void InstallHandler() {
+  struct sigaction action = {};
+  action.sa_sigaction = OnSigbus;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGBUS, &action, &previous_action);
+}
+
+}  // namespace
+
+absl::Status GuardedCopy(void* dst, const void* src, size_t n) {
+  static std::once_flag installed;
+  std::call_once(installed, InstallHandler);
+  if (n == 0) return absl::OkStatus();
+  sigjmp_buf jump;
+  // savemask 1: the jump restores the signal mask, whatever the handler's entry changed.
+  if (sigsetjmp(jump, 1) != 0) {
+    return absl::DataLossError(
+        "the shared-memory object shrank during the copy (a page of the range is gone)");
+  }
+  current_copy = &jump;
+  std::memcpy(dst, src, n);
+  current_copy = nullptr;
+  return absl::OkStatus();
+}
+
+}  // namespace gradserve::server

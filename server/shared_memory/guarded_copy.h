@@ -1,0 +1,39 @@
+// Copies to and from memory that may vanish under the copy: a shared-memory object mapped from
+// another process, which that process can shrink at any time.
+//
+// Note [A region shrunk under the server]
+// The server maps a client's POSIX shared-memory object at registration and keeps the mapping.
+// The client still owns the object and may ftruncate it smaller whenever it likes; the pages
+// past the new end are then gone, and touching them raises SIGBUS, which would kill the server
+// and every other client's call with it. Two defences, in this order:
+//   1. before each copy, SharedMemoryRegion checks the object's current size (fstat) against
+//      the range, and an object already shrunk fails the request with INVALID_ARGUMENT naming
+//      the region and both sizes;
+//   2. the copy itself runs under GuardedCopy, for an object shrunk between that check and the
+//      copy: a SIGBUS handler, installed once, sees that the faulting thread is inside a
+//      guarded copy and jumps back out of it (siglongjmp), and the copy returns an error
+//      instead. A SIGBUS anywhere else goes on to the handler that was there before (the
+//      sanitizers', or the default action: the process dies, as it would have).
+// The engine never reads a region's memory directly: tensors' values are copied out of it
+// into the request's own (budgeted) memory, and gradients are copied into it, each through
+// GuardedCopy, so no op can fault on a region. The JVM does the same for MappedByteBuffer.
+//
+// Thread safety: GuardedCopy may run on any number of threads at once; each guards its own copy.
+
+#ifndef GRADSERVE_SERVER_SHARED_MEMORY_GUARDED_COPY_H_
+#define GRADSERVE_SERVER_SHARED_MEMORY_GUARDED_COPY_H_
+
+#include <cstddef>
+
+#include "absl/status/status.h"
+
+namespace gradserve::server {
+
+// Copies n bytes from src to dst, either of which may be a mapping that shrinks meanwhile
+// (Note [A region shrunk under the server]). Returns OK, or DATA_LOSS when a page of either
+// was gone: dst then holds an unspecified part of the bytes. The ranges must not overlap.
+absl::Status GuardedCopy(void* dst, const void* src, size_t n);
+
+}  // namespace gradserve::server
+
+#endif  // GRADSERVE_SERVER_SHARED_MEMORY_GUARDED_COPY_H_
