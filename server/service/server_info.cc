@@ -134,8 +134,13 @@ std::string DescribeLimits(const v1::Limits& limits) {
   std::string out;
   for (int i = 0; i < descriptor->field_count(); ++i) {
     const google::protobuf::FieldDescriptor* field = descriptor->field(i);
-    absl::StrAppend(&out, i == 0 ? "" : " ", field->name(), "=",
-                    reflection->GetInt64(limits, field));
+    absl::StrAppend(&out, i == 0 ? "" : " ", field->name(), "=");
+    if (field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_STRING) {
+      const std::string value = reflection->GetString(limits, field);
+      absl::StrAppend(&out, value.empty() ? "''" : value);  // the operator's flag, not a client's
+    } else {
+      absl::StrAppend(&out, reflection->GetInt64(limits, field));
+    }
   }
   return out;
 }
