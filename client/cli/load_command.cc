@@ -18,6 +18,7 @@
 #include "client/load/html_report.h"
 #include "client/load/load_generator.h"
 #include "client/load/load_options.h"
+#include "client/load/load_regions.h"
 #include "client/load/progress_line.h"
 #include "client/load/text_reports.h"
 #include "client/load/workload.h"
@@ -30,7 +31,9 @@ ABSL_FLAG(std::string, scenario, "",
           "Built-in request: ping, echo (the bare gRPC echo server of bench/), grad_tiny, "
           "session (grad_tiny's graph as graph sessions: a Forward, then "
           "--session_backward_calls Backward calls with retain_graph, each call timed), "
-          "chain_10k, fanin_2k, mlp, payload (a gradient of --payload_bytes bytes).");
+          "chain_10k, fanin_2k, mlp, payload (a gradient of --payload_bytes bytes), payload_shm "
+          "(payload's leaf and gradient in POSIX shared memory, registered with each target for "
+          "the run: the server must be on this host, with --shared_memory_prefix).");
 ABSL_FLAG(int64_t, session_backward_calls, 10,
           "Scenario session: Backward calls per session before it is released and the next "
           "call makes a new Forward (docs/sessions.md). A run holds up to --concurrency "
@@ -137,6 +140,16 @@ int RunLoadCommand(const std::vector<std::string>& args) {
   const bool grad = spec.scenario != "ping" && spec.scenario != "echo";
   if (grad && spec.transport == "auto") {
     spec.max_message_bytes = ServerMaxMessageBytes(absl::GetFlag(FLAGS_target), *client_options);
+  }
+  // Scenario payload_shm's regions, registered for the run and unregistered after it.
+  std::unique_ptr<load::LoadRegions> regions;
+  if (spec.scenario == "payload_shm") {
+    absl::StatusOr<std::unique_ptr<load::LoadRegions>> made =
+        load::LoadRegions::Create(options.targets, *client_options, spec.payload_bytes);
+    if (!made.ok()) return ReportError("load", made.status());
+    regions = *std::move(made);
+    spec.shm_in_region = regions->in();
+    spec.shm_out_region = regions->out();
   }
   absl::StatusOr<load::Workload> workload = load::MakeWorkload(spec);
   if (!workload.ok()) return UsageError(std::string(workload.status().message()));

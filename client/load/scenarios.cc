@@ -108,19 +108,38 @@ v1::GradRequest MlpRequest() {
   return b.request();
 }
 
-absl::StatusOr<v1::GradRequest> PayloadRequest(int64_t bytes) {
+absl::StatusOr<HostTensor> PayloadValues(int64_t bytes) {
   if (bytes <= 0 || bytes % 4 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the payload scenario needs a positive multiple of 4 bytes (float32); got ", bytes));
+        "the payload scenarios need a positive multiple of 4 bytes (float32); got ", bytes));
   }
   const int64_t n = bytes / 4;
+  return HostTensor::Float32(DeterministicValues(n, 1, 5), {n});
+}
+
+absl::StatusOr<v1::GradRequest> PayloadRequest(int64_t bytes) {
+  absl::StatusOr<HostTensor> x = PayloadValues(bytes);
+  if (!x.ok()) return x.status();
   RequestBuilder b;
-  b.Leaf("x", HostTensor::Float32(DeterministicValues(n, 1, 5), {n}), /*requires_grad=*/true)
+  b.Leaf("x", *x, /*requires_grad=*/true)
       .Op("mul", {"x"}, {"y"}, {{"other", FloatAttr(2)}})
       .Op("sum", {"y"}, {"loss"});
   b.Grad({"loss"}, {"x"});
   b.RequestId(absl::StrCat("payload_", bytes));
   return b.request();
+}
+
+absl::StatusOr<v1::GradRequest> PayloadShmRequest(int64_t bytes, const std::string& in,
+                                                  const std::string& out) {
+  absl::StatusOr<v1::GradRequest> request = PayloadRequest(bytes);
+  if (!request.ok()) return request.status();
+  request->set_request_id(absl::StrCat("payload_shm_", bytes));
+  v1::Tensor* x = request->mutable_graph()->mutable_leaves(0)->mutable_value();
+  x->clear_data();
+  *x->mutable_shared_memory() = client::SharedMemory::Range(in, 0, bytes);
+  (*request->mutable_calls(0)->mutable_gradient_destinations())["x"] =
+      client::SharedMemory::Range(out, 0, bytes);
+  return request;
 }
 
 }  // namespace gradserve::load

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/library/gradserve_client.h"
+#include "client/library/shared_memory.h"
 
 namespace gradserve::load {
 
@@ -36,6 +37,14 @@ v1::GradRequest MlpRequest();
 // x float32 [bytes / 4]; loss = (x * 2).sum(); d loss / d x, a gradient of `bytes` bytes.
 // INVALID_ARGUMENT unless bytes is a positive multiple of 4.
 absl::StatusOr<v1::GradRequest> PayloadRequest(int64_t bytes);
+// The same with x's values read from the shared-memory region `in` (offset 0, which must hold
+// PayloadValues(bytes)) and its gradient written to region `out` (offset 0): scenario
+// payload_shm (load_regions.h).
+absl::StatusOr<v1::GradRequest> PayloadShmRequest(int64_t bytes, const std::string& in,
+                                                  const std::string& out);
+// payload's x: float32 [bytes / 4], deterministic. INVALID_ARGUMENT unless bytes is a positive
+// multiple of 4.
+absl::StatusOr<client::HostTensor> PayloadValues(int64_t bytes);
 
 }  // namespace gradserve::load
 

@@ -28,13 +28,20 @@ absl::StatusOr<v1::GradRequest> ReadRequestFile(const std::string& path) {
   return request;
 }
 
-absl::StatusOr<v1::GradRequest> BuiltInGradRequest(const std::string& scenario,
-                                                   int64_t payload_bytes) {
+absl::StatusOr<v1::GradRequest> BuiltInGradRequest(const WorkloadSpec& spec) {
+  const std::string& scenario = spec.scenario;
+  const int64_t payload_bytes = spec.payload_bytes;
   if (scenario == "grad_tiny") return GradTinyRequest();
   if (scenario == "chain_10k") return Chain10kRequest();
   if (scenario == "fanin_2k") return Fanin2kRequest();
   if (scenario == "mlp") return MlpRequest();
   if (scenario == "payload") return PayloadRequest(payload_bytes);
+  if (scenario == "payload_shm") {
+    if (spec.shm_in_region.empty() || spec.shm_out_region.empty()) {
+      return absl::InvalidArgumentError("scenario payload_shm needs its regions (LoadRegions)");
+    }
+    return PayloadShmRequest(payload_bytes, spec.shm_in_region, spec.shm_out_region);
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown scenario '", scenario, "'; one of: ", absl::StrJoin(ScenarioNames(), ", ")));
 }
@@ -89,8 +96,9 @@ absl::StatusOr<Workload> SessionWorkload(int64_t backward_calls) {
 }  // namespace
 
 const std::vector<std::string>& ScenarioNames() {
-  static const auto* const names = new std::vector<std::string>{
-      "ping", "echo", "grad_tiny", "session", "chain_10k", "fanin_2k", "mlp", "payload"};
+  static const auto* const names =
+      new std::vector<std::string>{"ping",     "echo", "grad_tiny", "session",    "chain_10k",
+                                   "fanin_2k", "mlp",  "payload",   "payload_shm"};
   return *names;
 }
 
@@ -107,8 +115,7 @@ absl::StatusOr<Workload> MakeWorkload(const WorkloadSpec& spec) {
   }
   if (spec.scenario == "session") return SessionWorkload(spec.session_backward_calls);
   absl::StatusOr<v1::GradRequest> request =
-      spec.request_file.empty() ? BuiltInGradRequest(spec.scenario, spec.payload_bytes)
-                                : ReadRequestFile(spec.request_file);
+      spec.request_file.empty() ? BuiltInGradRequest(spec) : ReadRequestFile(spec.request_file);
   if (!request.ok()) return request.status();
   const std::string name = spec.request_file.empty() ? spec.scenario : spec.request_file;
 

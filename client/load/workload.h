@@ -37,7 +37,8 @@ struct WorkloadSpec {
   std::string scenario;
   // A GradRequest in protobuf JSON; exclusive with scenario.
   std::string request_file;
-  // ping and echo: payload bytes each call carries and gets back. payload: gradient bytes.
+  // ping and echo: payload bytes each call carries and gets back. payload and payload_shm:
+  // gradient bytes.
   int64_t payload_bytes = 0;
   // "auto", "unary" or "stream": how grad requests travel. auto streams a request larger than
   // max_message_bytes.
@@ -48,6 +49,10 @@ struct WorkloadSpec {
   int64_t chunk_bytes = int64_t{4} << 20;
   // session: Backward calls per session, 1 to kMaxSessionBackwardCalls.
   int64_t session_backward_calls = 10;
+  // payload_shm: the registered regions its leaf is read from and its gradient written to
+  // (LoadRegions in load_regions.h).
+  std::string shm_in_region;
+  std::string shm_out_region;
 };
 
 struct Workload {
