@@ -30,9 +30,11 @@ Over TLS with a token (docs/security.md), as the `gradserve` tool's flags of the
 Modules: client (Client, GradResult, CallResult, GradserveError), aio (AsyncClient, the same
 calls as coroutines on grpc.aio), torch (to_graph: a torch.fx-traced module as a graph; imports
 PyTorch), graph (GraphBuilder),
-tensors (to_tensor, from_tensor), credentials (channel_credentials, read_token_file). The
-generated messages are gradserve.v1.{tensor,graph,gradserve}_pb2. Importing raises
-ImportError, naming GRADSERVE_PY_STUBS, if no stubs are found.
+tensors (to_tensor, from_tensor), shared_memory (SharedMemory: tensors and gradients through a
+POSIX shared-memory object, for clients on the server's host), credentials
+(channel_credentials, read_token_file). The generated messages are
+gradserve.v1.{tensor,graph,gradserve}_pb2. Importing raises ImportError, naming
+GRADSERVE_PY_STUBS, if no stubs are found.
 """
 
 from gradserve import _stubs
@@ -43,7 +45,9 @@ from gradserve.client import (CallResult, Client, GradResult, GradserveError,  #
                               Session)
 from gradserve.credentials import channel_credentials  # noqa: E402
 from gradserve.graph import GraphBuilder, attr_value, backward_call  # noqa: E402
+from gradserve.shared_memory import SharedMemory  # noqa: E402
 from gradserve.tensors import from_tensor, to_tensor  # noqa: E402
 
 __all__ = ["CallResult", "Client", "GradResult", "GradserveError", "GraphBuilder", "Session",
-           "attr_value", "backward_call", "channel_credentials", "from_tensor", "to_tensor"]
+           "SharedMemory", "attr_value", "backward_call", "channel_credentials", "from_tensor",
+           "to_tensor"]

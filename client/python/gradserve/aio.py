@@ -11,21 +11,24 @@
     asyncio.run(main())
 
 The constructor takes Client's arguments (target lists and dns:///, the tls and token options,
-timeout, channel_options) with the same meaning and the same errors; grad, info, ping and health
-are coroutines returning what Client's return, and raise GradserveError. Use it from one event
-loop; it may run many calls at once (asyncio.gather).
+timeout, channel_options) with the same meaning and the same errors; grad, info, ping, health,
+register_shared_memory and unregister_shared_memory are coroutines returning what Client's
+return, and raise GradserveError. Use it from one event loop; it may run many calls at once
+(asyncio.gather).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence, Union
 
 import grpc
 import grpc.aio
 
 from gradserve import _stubs, chunks
 from gradserve.client import (_CHUNK_OVERHEAD, _DEFAULT_MESSAGE_LIMIT, GradInput, GradResult,
-                              GradserveError, _as_request, channel_settings)
+                              GradserveError, _as_request, channel_settings,
+                              _shared_memory_request)
+from gradserve.shared_memory import SharedMemory
 from gradserve.targets import ChannelOption
 from gradserve.trace import echoed_trace_id, trace_metadata
 from gradserve.v1 import gradserve_pb2, gradserve_pb2_grpc
@@ -149,3 +152,22 @@ class AsyncClient:
         response = await self._call("Health/Check", self._health_check(
             self._health_pb2.HealthCheckRequest(service=service), timeout=self._deadline(timeout)))
         return self._health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+
+    async def register_shared_memory(self, name: str, shm_or_key: Union[SharedMemory, str],
+                                     byte_size: Optional[int] = None, writable: bool = False,
+                                     idle_ttl: Optional[float] = None,
+                                     timeout: Optional[float] = None) -> float:
+        """As Client.register_shared_memory: the idle TTL granted, in seconds. Over this
+        client's one channel: give it a target of one address, as the region lives on the
+        server that registered it."""
+        request = _shared_memory_request(name, shm_or_key, byte_size, writable, idle_ttl)
+        response = await self._call("RegisterSharedMemory", self._stub.RegisterSharedMemory(
+            request, timeout=self._deadline(timeout)))
+        return float(response.idle_ttl_ms) / 1000.0
+
+    async def unregister_shared_memory(self, name: str, timeout: Optional[float] = None
+                                       ) -> None:
+        """As Client.unregister_shared_memory (NOT_FOUND for an unknown name)."""
+        await self._call("UnregisterSharedMemory", self._stub.UnregisterSharedMemory(
+            gradserve_pb2.UnregisterSharedMemoryRequest(name=name),
+            timeout=self._deadline(timeout)))

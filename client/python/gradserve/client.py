@@ -4,6 +4,11 @@
         result = c.grad(builder)            # a GraphBuilder, a GradRequest, or a Graph + calls
         result.calls[0]["x"]                # the gradient for x, a numpy array (None: unused)
 
+Shared memory (clients on the server's host, gradserve/shared_memory.py): register_shared_memory
+makes a SharedMemory object a region of the server's; leaves and seeds may be SharedMemory.put
+tensors, and backward_call(gradient_destinations=...) has gradients written into the region:
+they come back in CallResult.in_shared_memory, read with SharedMemory.get.
+
 Errors: every failed RPC raises GradserveError carrying the gRPC status code (grpc.StatusCode)
 and the server's message, which names the node, op and value involved. Client-side misuse
 (a bad dtype, a non-request argument) raises TypeError or ValueError before anything is sent.
@@ -14,6 +19,7 @@ thread-safe). The cached server limits are written at most once per client and r
 
 from __future__ import annotations
 
+import os
 from typing import (Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar,
                     Union)
 
@@ -23,10 +29,11 @@ import numpy as np
 from gradserve import _stubs, chunks
 from gradserve.credentials import channel_credentials, resolve_token
 from gradserve.graph import GraphBuilder
+from gradserve.shared_memory import SharedMemory, object_path
 from gradserve.targets import CHANNEL_OPTIONS, SESSION_CHANNEL_OPTIONS, ChannelOption, grpc_target
 from gradserve.tensors import from_tensor
 from gradserve.trace import echoed_trace_id, trace_metadata
-from gradserve.v1 import gradserve_pb2, gradserve_pb2_grpc, graph_pb2
+from gradserve.v1 import gradserve_pb2, gradserve_pb2_grpc, graph_pb2, tensor_pb2
 
 # Every gRPC implementation accepts messages this large by default; larger requests may need
 # the streamed RPC, depending on the server's limit (GetServerInfo).
@@ -54,21 +61,35 @@ class CallResult:
     """The gradients of one backward call, by input name, in the order the server sent them.
 
     gradients: name -> numpy array, or None where the input was not connected and
-      materialize_grads was off. connected: name -> whether the roots reach the input.
+      materialize_grads was off, or where the gradient was written to shared memory.
+    connected: name -> whether the roots reach the input. in_shared_memory: name -> the Tensor
+      message (dtype, shape, and the SharedMemoryRange it was written to) of each gradient
+      the server wrote to its gradient_destinations range; read it with
+      SharedMemory.get(result.in_shared_memory[name]).
     """
 
     def __init__(self, message: gradserve_pb2.CallResult) -> None:
         self.gradients: Dict[str, Optional[np.ndarray]] = {}
         self.connected: Dict[str, bool] = {}
+        self.in_shared_memory: Dict[str, tensor_pb2.Tensor] = {}
         for g in message.gradients:
-            self.gradients[g.name] = from_tensor(g.value) if g.HasField("value") else None
+            value: Optional[np.ndarray] = None
+            if g.HasField("value"):
+                if g.value.WhichOneof("contents") == "shared_memory":
+                    self.in_shared_memory[g.name] = g.value
+                else:
+                    value = from_tensor(g.value)
+            self.gradients[g.name] = value
             self.connected[g.name] = g.connected
 
     def __getitem__(self, name: str) -> Optional[np.ndarray]:
         return self.gradients[name]
 
     def __repr__(self) -> str:
-        return f"CallResult({self.gradients!r})"
+        if not self.in_shared_memory:
+            return f"CallResult({self.gradients!r})"
+        ranges = {name: t.shared_memory.region for name, t in self.in_shared_memory.items()}
+        return f"CallResult({self.gradients!r}, in_shared_memory={ranges!r})"
 
 
 class GradResult:
@@ -133,6 +154,31 @@ def _as_request(request: GradInput, calls: Optional[Iterable[gradserve_pb2.Backw
     if request_id is not None:
         message.request_id = request_id
     return message
+
+
+def _shared_memory_request(name: str, shm_or_key: Union[SharedMemory, str],
+                           byte_size: Optional[int], writable: bool, idle_ttl: Optional[float]
+                           ) -> gradserve_pb2.RegisterSharedMemoryRequest:
+    """The RegisterSharedMemoryRequest of Client.register_shared_memory's arguments; raises
+    ValueError as it does."""
+    if isinstance(shm_or_key, SharedMemory):
+        key = shm_or_key.key
+        size = shm_or_key.byte_size if byte_size is None else byte_size
+    else:
+        key = shm_or_key
+        if byte_size is None:
+            try:
+                size = os.stat(object_path(key)).st_size
+            except OSError as e:
+                raise ValueError(f"shared memory {key}: {e.strerror}; create it first or "
+                                 "give byte_size") from None
+        else:
+            size = byte_size
+    if idle_ttl is not None and not idle_ttl > 0:
+        raise ValueError(f"idle_ttl must be positive seconds (or None), got {idle_ttl}")
+    ttl_ms = 0 if idle_ttl is None else max(1, round(idle_ttl * 1000))
+    return gradserve_pb2.RegisterSharedMemoryRequest(
+        name=name, key=key, byte_size=size, writable=writable, idle_ttl_ms=ttl_ms)
 
 
 class Client:
@@ -329,6 +375,43 @@ class Client:
             self._health_pb2.HealthCheckRequest(service=service), timeout=t), timeout)
         return self._health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
 
+    def register_shared_memory(self, name: str, shm_or_key: Union[SharedMemory, str],
+                               byte_size: Optional[int] = None, writable: bool = False,
+                               idle_ttl: Optional[float] = None,
+                               timeout: Optional[float] = None) -> float:
+        """Has the server map a POSIX shared-memory object on its host as the region ``name``,
+        which this client's requests then name in SharedMemoryRange.region
+        (gradserve/shared_memory.py); returns the idle TTL it got, in seconds.
+
+        shm_or_key: a SharedMemory, or an object's shm_open key ("/name", which must start
+        with the server's --shared_memory_prefix). byte_size: how many bytes from its start
+        the server maps (default: the whole object). writable: whether the server may write
+        gradients into it (gradient_destinations); otherwise it is mapped read-only.
+        idle_ttl: seconds without a call naming the region after which the server ends it
+        (None: the server's --shared_memory_idle_ttl, also the most it grants).
+        Sent over the sessions' connection: a region lives on the one server that registered
+        it, so name it in calls to that server (a Client of one address, or a Session).
+        Raises ValueError for a key of no object or an idle_ttl <= 0; GradserveError
+        FAILED_PRECONDITION (shared memory off on the server), INVALID_ARGUMENT (key outside
+        the prefix, object smaller than byte_size), ALREADY_EXISTS (name taken),
+        PERMISSION_DENIED (another tenant's object), RESOURCE_EXHAUSTED (too many regions or
+        bytes).
+        """
+        request = _shared_memory_request(name, shm_or_key, byte_size, writable, idle_ttl)
+        stub = self._sessions()
+        response = self._call("RegisterSharedMemory",
+                              lambda t: stub.RegisterSharedMemory(request, timeout=t), timeout)
+        return float(response.idle_ttl_ms) / 1000.0
+
+    def unregister_shared_memory(self, name: str, timeout: Optional[float] = None) -> None:
+        """Ends the region ``name``: the server unmaps it once the calls using it are done (the
+        object itself stays until SharedMemory.close). Raises GradserveError NOT_FOUND for a
+        name this client's tenant has not registered (or already unregistered)."""
+        request = gradserve_pb2.UnregisterSharedMemoryRequest(name=name)
+        stub = self._sessions()
+        self._call("UnregisterSharedMemory",
+                   lambda t: stub.UnregisterSharedMemory(request, timeout=t), timeout)
+
 
 class Session:
     """A graph held on the server between its forward pass and its backward calls.
@@ -356,7 +439,8 @@ class Session:
     def backward(self, calls: Union[GraphBuilder, Iterable[gradserve_pb2.BackwardCall]], *,
                  request_id: str = "", timeout: Optional[float] = None) -> List[CallResult]:
         """Runs calls (BackwardCall messages: gradserve.backward_call(...), or a GraphBuilder's
-        backward calls) in order; returns a CallResult per call."""
+        backward calls) in order; returns a CallResult per call. Seeds and gradient
+        destinations may be in shared memory registered through this session's client."""
         messages = list(calls.request().calls if isinstance(calls, GraphBuilder) else calls)
         request = gradserve_pb2.BackwardRequest(request_id=request_id,
                                                 session_id=self.session_id, calls=messages)

@@ -8,6 +8,10 @@
     g.backward_call(["loss"], inputs=["x", "w"])
     request = g.request()
 
+Leaf values and seeds are numpy arrays, or Tensor messages such as SharedMemory.put's (bytes in
+a shared-memory region); backward_call's gradient_destinations has the gradients written into
+ranges of a region (gradserve/shared_memory.py).
+
 Attribute values map to AttrValue by Python type: bool -> b, int -> i, float -> f, str -> s,
 and sequences of those -> ints / floats / strings (an empty sequence is an empty int list).
 numpy scalars count as their Python kind.
@@ -23,10 +27,9 @@ import numbers
 from typing import List, Mapping, Optional, Sequence, Set, Union
 
 import numpy as np
-from numpy.typing import ArrayLike
 
-from gradserve.tensors import fill_tensor, wire_array
-from gradserve.v1 import gradserve_pb2, graph_pb2
+from gradserve.tensors import TensorInput, fill_tensor, wire_array
+from gradserve.v1 import gradserve_pb2, graph_pb2, tensor_pb2
 
 # What attr_value takes: a Python or numpy scalar, a sequence of them, or an AttrValue.
 AttrInput = Union[bool, int, float, str, np.generic, Sequence[Union[bool, int, float, str]],
@@ -58,15 +61,21 @@ def attr_value(value: AttrInput) -> graph_pb2.AttrValue:
 
 
 def backward_call(roots: Union[str, Sequence[str]],
-                  seeds: Optional[Mapping[str, ArrayLike]] = None, inputs: Sequence[str] = (),
+                  seeds: Optional[Mapping[str, TensorInput]] = None, inputs: Sequence[str] = (),
                   *, accumulate_grad: bool = False, retain_graph: bool = False,
                   create_graph: bool = False, allow_unused: bool = False,
-                  materialize_grads: bool = False, detect_anomaly: bool = False
+                  materialize_grads: bool = False, detect_anomaly: bool = False,
+                  gradient_destinations: Optional[
+                      Mapping[str, tensor_pb2.SharedMemoryRange]] = None
                   ) -> gradserve_pb2.BackwardCall:
     """A BackwardCall message (the fields of gradserve.proto's BackwardCall).
 
-    roots: a name or a list of names; seeds: {root name: array}, roots left out must have
-    one element and are seeded with ones; inputs: what to return gradients for.
+    roots: a name or a list of names; seeds: {root name: array or Tensor message (e.g.
+    SharedMemory.put's)}, roots left out must have one element and are seeded with ones;
+    inputs: what to return gradients for. gradient_destinations: {input name:
+    SharedMemoryRange (SharedMemory.range) of a writable registered region, exactly the
+    gradient's byte size}: the server writes that gradient there, and the CallResult lists it
+    in in_shared_memory instead of gradients.
     """
     call = gradserve_pb2.BackwardCall(
         roots=[roots] if isinstance(roots, str) else list(roots), inputs=list(inputs),
@@ -75,6 +84,8 @@ def backward_call(roots: Union[str, Sequence[str]],
         detect_anomaly=detect_anomaly)
     for name, array in (seeds or {}).items():
         fill_tensor(call.seeds[name], array)
+    for name, destination in (gradient_destinations or {}).items():
+        call.gradient_destinations[name].CopyFrom(destination)
     return call
 
 
@@ -99,10 +110,13 @@ class GraphBuilder:
             raise ValueError(f"value {name!r} is already defined in this graph")
         self._names.add(name)
 
-    def leaf(self, name: str, array: ArrayLike, requires_grad: bool = False, device: str = ""
-             ) -> GraphBuilder:
-        """Adds a leaf tensor (a numpy array; see tensors.to_tensor for the accepted dtypes)."""
-        array = wire_array(array)  # a bad dtype raises before anything is added
+    def leaf(self, name: str, array: TensorInput, requires_grad: bool = False,
+             device: str = "") -> GraphBuilder:
+        """Adds a leaf tensor: a numpy array (see tensors.to_tensor for the accepted dtypes),
+        or a Tensor message sent as it is, e.g. SharedMemory.put's (its bytes stay in shared
+        memory; device, if given, replaces its device)."""
+        if not isinstance(array, tensor_pb2.Tensor):
+            array = wire_array(array)  # a bad dtype raises before anything is added
         self._define(name)
         leaf = self._graph.leaves.add(name=name, requires_grad=requires_grad)
         fill_tensor(leaf.value, array, device)  # in place: a copy of a big array fewer
@@ -137,10 +151,15 @@ class GraphBuilder:
         return self
 
     def backward_call(self, roots: Union[str, Sequence[str]],
-                      seeds: Optional[Mapping[str, ArrayLike]] = None,
-                      inputs: Sequence[str] = (), **options: bool) -> GraphBuilder:
-        """Appends a BackwardCall: backward_call(roots, seeds, inputs, **options)."""
-        self._calls.append(backward_call(roots, seeds, inputs, **options))
+                      seeds: Optional[Mapping[str, TensorInput]] = None,
+                      inputs: Sequence[str] = (), *,
+                      gradient_destinations: Optional[
+                          Mapping[str, tensor_pb2.SharedMemoryRange]] = None,
+                      **options: bool) -> GraphBuilder:
+        """Appends a BackwardCall: backward_call(roots, seeds, inputs, gradient_destinations=,
+        **options)."""
+        self._calls.append(backward_call(roots, seeds, inputs,
+                                         gradient_destinations=gradient_destinations, **options))
         return self
 
     def return_values(self, *names: str) -> GraphBuilder:

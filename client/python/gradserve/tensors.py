@@ -2,14 +2,16 @@
 
 Tensors travel as raw little-endian, row-major bytes (tensor.proto). Four dtypes exist:
 float32, float64, int64 and bool. Conversion never changes a dtype silently: an array of any
-other dtype is a TypeError (cast it first, e.g. ``a.astype(np.int64)``).
+other dtype is a TypeError (cast it first, e.g. ``a.astype(np.int64)``). Where a tensor is
+taken, a Tensor message may stand for the array: one whose bytes lie in shared memory
+(SharedMemory.put, gradserve/shared_memory.py) is sent as it is.
 
 Thread safety: the functions are pure; call them from any thread.
 """
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Tuple, Union
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -24,6 +26,10 @@ _TO_WIRE: Dict[np.dtype, int] = {
     np.dtype("bool"): tensor_pb2.DTYPE_BOOL,
 }
 _FROM_WIRE: Dict[int, np.dtype] = {wire: dtype for dtype, wire in _TO_WIRE.items()}
+
+# What the package takes where it needs a tensor: an array, or a Tensor message (such as
+# SharedMemory.put's, whose bytes are in shared memory), sent as it is.
+TensorInput = Union[ArrayLike, tensor_pb2.Tensor]
 
 
 def to_tensor(array: ArrayLike, device: str = "") -> tensor_pb2.Tensor:
@@ -49,11 +55,34 @@ def wire_array(array: ArrayLike) -> np.ndarray:
     return a.astype(_FROM_WIRE[wire], copy=False)
 
 
-def fill_tensor(tensor: tensor_pb2.Tensor, array: ArrayLike, device: str = ""
+def wire_dtype(dtype: np.dtype) -> int:
+    """The wire DType of a numpy dtype; TypeError as to_tensor's for one of no wire dtype."""
+    return _TO_WIRE[wire_array(np.empty(0, dtype)).dtype]
+
+
+def wire_dtype_of(tensor: tensor_pb2.Tensor) -> Tuple[np.dtype, Tuple[int, ...], int]:
+    """The numpy dtype (little-endian), shape and element count of a Tensor message. Raises
+    ValueError if its dtype is unspecified or unknown."""
+    dtype = _FROM_WIRE.get(tensor.dtype)
+    if dtype is None:
+        raise ValueError(f"tensor has no valid dtype ({tensor.dtype})")
+    shape = tuple(int(d) for d in tensor.shape)
+    numel = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    return dtype, shape, numel
+
+
+def fill_tensor(tensor: tensor_pb2.Tensor, array: TensorInput, device: str = ""
                 ) -> tensor_pb2.Tensor:
     """Sets the Tensor message ``tensor`` (in place, e.g. a field of a bigger message, so that
     its bytes are not copied again into it) to hold a copy of ``array``, as to_tensor does;
-    returns it. Raises TypeError, with ``tensor`` untouched, as to_tensor does."""
+    returns it. ``array`` may also be a Tensor message (e.g. SharedMemory.put's), copied as it
+    is (device, if given, replaces its device). Raises TypeError, with ``tensor`` untouched,
+    as to_tensor does."""
+    if isinstance(array, tensor_pb2.Tensor):
+        tensor.CopyFrom(array)
+        if device:
+            tensor.device = device
+        return tensor
     a = wire_array(array)
     wire = _TO_WIRE[a.dtype]  # tobytes below writes C order
     tensor.Clear()
@@ -68,14 +97,16 @@ def from_tensor(tensor: tensor_pb2.Tensor) -> np.ndarray:
     """A new, writable numpy array with the contents of a Tensor message.
 
     Accepts raw ``data`` and hand-written ``values``. Raises ValueError if the dtype is
-    unspecified or unknown, or if the contents do not match the shape.
+    unspecified or unknown, if the contents do not match the shape, or if they lie in shared
+    memory (read those with SharedMemory.get).
     """
-    dtype = _FROM_WIRE.get(tensor.dtype)
-    if dtype is None:
-        raise ValueError(f"tensor has no valid dtype ({tensor.dtype})")
-    shape = tuple(tensor.shape)
-    numel = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    if tensor.WhichOneof("contents") == "values":
+    dtype, shape, numel = wire_dtype_of(tensor)
+    contents = tensor.WhichOneof("contents")
+    if contents == "shared_memory":
+        r = tensor.shared_memory
+        raise ValueError(f"the tensor's bytes are in shared-memory region {r.region!r} at "
+                         f"offset {r.offset}: read them with SharedMemory.get")
+    if contents == "values":
         v = tensor.values
         source = v.bools if dtype == np.bool_ else v.ints if dtype == np.int64 else v.doubles
         flat = np.array(list(source), dtype=dtype)
