@@ -1,9 +1,13 @@
 #include "server/shared_memory/guarded_copy.h"
 
+#include <algorithm>
 #include <csetjmp>
 #include <csignal>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 namespace gradserve::server {
 namespace {
@@ -46,6 +50,9 @@ void InstallHandler() {
   sigaction(SIGBUS, &action, &previous_action);
 }
 
+constexpr size_t kSplitBytes = size_t{8} << 20;
+constexpr size_t kMaxCopyThreads = 4;
+
 }  // namespace
 
 absl::Status GuardedCopy(void* dst, const void* src, size_t n) {
@@ -61,6 +68,32 @@ absl::Status GuardedCopy(void* dst, const void* src, size_t n) {
   current_copy = &jump;
   std::memcpy(dst, src, n);
   current_copy = nullptr;
+  return absl::OkStatus();
+}
+
+absl::Status SplitGuardedCopy(void* dst, const void* src, size_t n) {
+  const size_t cpus = std::max<size_t>(1, std::thread::hardware_concurrency());
+  const size_t pieces =
+      std::min({cpus, kMaxCopyThreads, std::max<size_t>(1, n / (kSplitBytes / 2))});
+  if (n < kSplitBytes || pieces == 1) return GuardedCopy(dst, src, n);
+  // Pieces of whole 4 KiB pages, the last taking the rest.
+  const size_t piece = (n / pieces) & ~size_t{4095};
+  std::vector<absl::Status> results(pieces);
+  std::vector<std::thread> threads;
+  threads.reserve(pieces - 1);
+  auto* out = static_cast<char*>(dst);
+  const auto* in = static_cast<const char*>(src);
+  for (size_t i = 0; i + 1 < pieces; ++i) {
+    threads.emplace_back([&results, i, out, in, piece] {
+      results[i] = GuardedCopy(out + i * piece, in + i * piece, piece);
+    });
+  }
+  const size_t last = (pieces - 1) * piece;
+  results[pieces - 1] = GuardedCopy(out + last, in + last, n - last);
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : results) {
+    if (!s.ok()) return s;
+  }
   return absl::OkStatus();
 }
 

@@ -131,7 +131,7 @@ absl::Status SharedMemoryRegion::CheckNotShrunk(int64_t offset, int64_t size,
 absl::Status SharedMemoryRegion::Read(int64_t offset, int64_t size, void* dst,
                                       absl::string_view what) const {
   if (absl::Status s = CheckNotShrunk(offset, size, what); !s.ok()) return s;
-  if (absl::Status s = GuardedCopy(dst, base_ + offset, static_cast<size_t>(size)); !s.ok()) {
+  if (absl::Status s = SplitGuardedCopy(dst, base_ + offset, static_cast<size_t>(size)); !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": reading shared-memory region ", Quote(name_), ": ", s.message()));
   }
@@ -145,7 +145,7 @@ absl::Status SharedMemoryRegion::Write(int64_t offset, const void* src, int64_t 
         absl::StrCat(what, ": shared-memory region ", Quote(name_), " was registered read-only"));
   }
   if (absl::Status s = CheckNotShrunk(offset, size, what); !s.ok()) return s;
-  if (absl::Status s = GuardedCopy(base_ + offset, src, static_cast<size_t>(size)); !s.ok()) {
+  if (absl::Status s = SplitGuardedCopy(base_ + offset, src, static_cast<size_t>(size)); !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": writing shared-memory region ", Quote(name_), ": ", s.message()));
   }

@@ -75,6 +75,26 @@ TEST(GuardedCopyTest, APageGoneUnderTheCopyIsAnErrorNotACrash) {
   munmap(base, 4 * page);
 }
 
+TEST(GuardedCopyTest, ASplitCopyIsWholeAndEachThreadsFaultIsCaught) {
+  const int64_t size = int64_t{40} << 20;  // split over threads (Note [Copies split over threads])
+  Object object(size);
+  char* base = static_cast<char*>(
+      mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, object.fd(), 0));
+  ASSERT_NE(base, MAP_FAILED);
+  std::vector<char> buffer(size);
+  for (int64_t i = 0; i < size; ++i) buffer[i] = static_cast<char>(i * 7 + i / 4096);
+  ASSERT_TRUE(server::SplitGuardedCopy(base, buffer.data(), size).ok());
+  std::vector<char> back(size);
+  ASSERT_TRUE(server::SplitGuardedCopy(back.data(), base, size).ok());
+  EXPECT_TRUE(back == buffer);
+  // Every piece past the first page faults, on its own thread.
+  object.Resize(4096);
+  EXPECT_EQ(server::SplitGuardedCopy(back.data(), base, size).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(server::SplitGuardedCopy(base, buffer.data(), size).code(),
+            absl::StatusCode::kDataLoss);
+  munmap(base, size);
+}
+
 TEST(RegionTest, KeysMustBeSharedMemoryNamesWithinThePrefix) {
   EXPECT_TRUE(server::CheckSharedMemoryKey("/gradserve_a", "/gradserve").ok());
   for (const char* bad :
