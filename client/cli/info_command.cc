@@ -46,6 +46,18 @@ void PrintInfo(const client::v1::ServerInfo& info) {
       static_cast<long long>(l.max_tensor_elements()), static_cast<long long>(l.max_memory_bytes()),
       static_cast<long long>(l.max_nesting()), static_cast<long long>(l.max_backward_calls()),
       static_cast<long long>(l.max_in_flight()), static_cast<long long>(l.max_name_bytes()));
+  const client::v1::Counters& counters = info.counters();
+  if (l.shared_memory_prefix().empty()) {
+    std::printf("shared memory: off (--shared_memory_prefix)\n");
+  } else {
+    std::printf(
+        "shared memory: keys %s*, %lld regions per tenant, idle TTL %lld ms; %lld regions "
+        "(%lld B) registered now\n",
+        l.shared_memory_prefix().c_str(), static_cast<long long>(l.max_shared_memory_regions()),
+        static_cast<long long>(l.shared_memory_idle_ttl_ms()),
+        static_cast<long long>(counters.shared_memory_regions()),
+        static_cast<long long>(counters.shared_memory_bytes()));
+  }
   std::printf("devices:\n");
   for (const auto& d : info.devices()) {
     std::printf("  %-8s %s\n", d.name().c_str(), d.description().c_str());
