@@ -61,10 +61,12 @@ inline CliRun RunGradserve(const std::string& args) {
 // A GradServer on a free loopback port; shut down (no grace) when destroyed.
 class LocalServer {
  public:
-  LocalServer() {
+  // shared_memory_prefix: --shared_memory_prefix (empty: shared memory off).
+  explicit LocalServer(const std::string& shared_memory_prefix = "") {
     server::ServerOptions options;
     options.listen_address = "127.0.0.1:0";
     options.worker_threads = 2;
+    options.shared_memory.prefix = shared_memory_prefix;
     auto server = server::GradServer::Start(options);
     EXPECT_TRUE(server.ok()) << server.status();
     if (server.ok()) server_ = std::move(*server);

@@ -2,6 +2,7 @@
 // each format, its HTML file, its refusal of unbounded settings, and no progress line when
 // stderr is not a terminal.
 
+#include <dirent.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -62,6 +63,38 @@ TEST(LoadCliTest, SummaryAndCsv) {
                                    " --scenario=ping --duration=200ms --format=csv --quiet"));
   ASSERT_EQ(csv.exit_code, 0) << csv.err;
   EXPECT_EQ(csv.out.rfind("metric,value\n", 0), 0u) << csv.out;
+}
+
+// Objects in /dev/shm whose names start with prefix (without the leading '/').
+int SharedMemoryObjects(const std::string& prefix) {
+  int n = 0;
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (const dirent* entry = readdir(dir)) {
+      if (std::string(entry->d_name).rfind(prefix, 0) == 0) ++n;
+    }
+    closedir(dir);
+  }
+  return n;
+}
+
+TEST(LoadCliTest, PayloadShmRegistersItsRegionsForTheRunOnly) {
+  LocalServer server("/gradserve_ltest");
+  CliRun run = RunCli(absl::StrCat("--target=", server.target(),
+                                   " --scenario=payload_shm --payload_bytes=1048576 "
+                                   "--requests=5 --warmup=1 --quiet"));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("[OK] 5"), std::string::npos) << run.out;
+  EXPECT_EQ(server.server().service().counters().requests_ok(), 6);
+  // Unregistered and unlinked when the run ends.
+  EXPECT_EQ(server.server().service().shared_memory().size(), 0);
+  EXPECT_EQ(SharedMemoryObjects("gradserve_ltest"), 0);
+
+  LocalServer off;  // shared memory off: refused before any call, naming the flag
+  CliRun refused = RunCli(absl::StrCat(
+      "--target=", off.target(), " --scenario=payload_shm --payload_bytes=1024 --requests=1"));
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("--shared_memory_prefix"), std::string::npos) << refused.err;
+  EXPECT_EQ(off.server().service().counters().requests_total(), 0);
 }
 
 TEST(LoadCliTest, RefusesBadAndUnboundedSettings) {
