@@ -676,6 +676,14 @@ std::string GradService::MetricsText() const {
   gauge("gradserve_max_in_flight", "Grad calls that may be admitted at once (--max_in_flight).",
         options_.max_in_flight);
   gauge("gradserve_uploads_in_progress", "Streamed grad requests still arriving.", uploads_.open());
+  gauge("gradserve_sessions", "Graph sessions held now (Forward, then Backward calls).",
+        sessions_->size());
+  gauge("gradserve_shared_memory_regions",
+        "Shared-memory regions registered now by clients on this host.", shared_memory_->size());
+  gauge("gradserve_shared_memory_bytes",
+        "Bytes of the shared-memory regions mapped now; they count in "
+        "gradserve_memory_used_bytes.",
+        shared_memory_->bytes());
   gauge("gradserve_memory_used_bytes",
         "Bytes the server's memory budget has handed out now: requests' tensors and Nodes, "
         "uploads, responses.",

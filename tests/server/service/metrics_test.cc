@@ -135,6 +135,8 @@ TEST(MetricsEndpointTest, CountsKnownTraffic) {
   EXPECT_GT(*Sample(text, "gradserve_sent_bytes_total{" + unary + ",tenant=\"\"}"), 0);
   EXPECT_EQ(Sample(text, "gradserve_in_flight"), 0);
   EXPECT_EQ(Sample(text, "gradserve_max_in_flight"), 16);
+  EXPECT_EQ(Sample(text, "gradserve_sessions"), 0);
+  EXPECT_EQ(Sample(text, "gradserve_shared_memory_regions"), 0);
   EXPECT_GT(*Sample(text, "gradserve_memory_limit_bytes"), 0);
   EXPECT_TRUE(absl::StrContains(text, "gradserve_build_info{version=\"")) << text;
   // The request id went nowhere near the text.

@@ -150,6 +150,10 @@ TEST_F(SharedMemoryTest, LeavesAndGradientsThroughARegionMatchTheInlineRequest) 
   EXPECT_EQ(info->counters().shared_memory_regions(), 2);
   EXPECT_EQ(info->counters().shared_memory_bytes(), 4 * kBytes);
   EXPECT_EQ(info->limits().shared_memory_prefix(), kPrefix);
+  const std::string metrics = server_.server().service().MetricsText();
+  EXPECT_NE(metrics.find("\ngradserve_shared_memory_regions 2\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find(absl::StrCat("\ngradserve_shared_memory_bytes ", 4 * kBytes, "\n")),
+            std::string::npos);
   // Charged to the server's memory while registered, and only until then.
   const int64_t held = server_.server().service().memory()->used();
   EXPECT_GE(held, 4 * kBytes);
