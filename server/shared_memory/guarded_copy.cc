@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -79,17 +80,22 @@ absl::Status SplitGuardedCopy(void* dst, const void* src, size_t n) {
   // Pieces of whole 4 KiB pages, the last taking the rest.
   const size_t piece = (n / pieces) & ~size_t{4095};
   std::vector<absl::Status> results(pieces);
+  auto copy = [&results, piece, pieces, n, out = static_cast<char*>(dst),
+               in = static_cast<const char*>(src)](size_t i) {
+    const size_t begin = i * piece;
+    results[i] = GuardedCopy(out + begin, in + begin, i + 1 < pieces ? piece : n - begin);
+  };
   std::vector<std::thread> threads;
   threads.reserve(pieces - 1);
-  auto* out = static_cast<char*>(dst);
-  const auto* in = static_cast<const char*>(src);
-  for (size_t i = 0; i + 1 < pieces; ++i) {
-    threads.emplace_back([&results, i, out, in, piece] {
-      results[i] = GuardedCopy(out + i * piece, in + i * piece, piece);
-    });
+  size_t started = 0;  // pieces 0..started-1 run on threads of their own
+  for (; started + 1 < pieces; ++started) {
+    try {
+      threads.emplace_back(copy, started);
+    } catch (const std::system_error&) {
+      break;  // no thread to be had: this thread copies the rest
+    }
   }
-  const size_t last = (pieces - 1) * piece;
-  results[pieces - 1] = GuardedCopy(out + last, in + last, n - last);
+  for (size_t i = started; i < pieces; ++i) copy(i);
   for (std::thread& t : threads) t.join();
   for (const absl::Status& s : results) {
     if (!s.ok()) return s;

@@ -24,7 +24,8 @@
 // moves. So a copy of kSplitBytes or more is cut into one piece per CPU (at most
 // kMaxCopyThreads, each at least kSplitBytes / 2), each piece guarded on its own thread and
 // the last on the caller's. A new thread per piece costs tens of microseconds, nothing beside
-// a copy of megabytes; on a busy server the pieces share the CPUs with the other calls.
+// a copy of megabytes; on a busy server the pieces share the CPUs with the other calls. When
+// no thread can be started (the process at its limit), the caller copies the pieces left.
 //
 // Thread safety: GuardedCopy may run on any number of threads at once; each guards its own copy.
 
