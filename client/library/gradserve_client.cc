@@ -622,10 +622,6 @@ absl::StatusOr<absl::Duration> Client::RegisterSharedMemory(const std::string& n
                                                             int64_t byte_size, bool writable,
                                                             absl::Duration idle_ttl,
                                                             const CallOptions& options) {
-  grpc::ClientContext context;
-  SetUp(context, options);
-  CancellerBinding binding(options.canceller, &context, &CallCanceller::Bind,
-                           &CallCanceller::Unbind);
   v1::RegisterSharedMemoryRequest request;
   request.set_name(name);
   request.set_key(key);
@@ -633,20 +629,21 @@ absl::StatusOr<absl::Duration> Client::RegisterSharedMemory(const std::string& n
   request.set_writable(writable);
   request.set_idle_ttl_ms(absl::ToInt64Milliseconds(idle_ttl));
   v1::RegisterSharedMemoryResponse response;
-  grpc::Status status = session_stub_->RegisterSharedMemory(&context, request, &response);
-  if (!status.ok()) return FromGrpcStatus(status);
+  // Over the session channel, as the session calls are (Session::Call).
+  absl::Status status = Session::Call(options, [&](grpc::ClientContext& context) {
+    return session_stub_->RegisterSharedMemory(&context, request, &response);
+  });
+  if (!status.ok()) return status;
   return absl::Milliseconds(response.idle_ttl_ms());
 }
 
 absl::Status Client::UnregisterSharedMemory(const std::string& name, const CallOptions& options) {
-  grpc::ClientContext context;
-  SetUp(context, options);
-  CancellerBinding binding(options.canceller, &context, &CallCanceller::Bind,
-                           &CallCanceller::Unbind);
   v1::UnregisterSharedMemoryRequest request;
   request.set_name(name);
   v1::UnregisterSharedMemoryResponse response;
-  return FromGrpcStatus(session_stub_->UnregisterSharedMemory(&context, request, &response));
+  return Session::Call(options, [&](grpc::ClientContext& context) {
+    return session_stub_->UnregisterSharedMemory(&context, request, &response);
+  });
 }
 
 absl::StatusOr<std::string> Client::CheckHealth(const std::string& service,

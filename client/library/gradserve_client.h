@@ -216,7 +216,8 @@ class Session {
  private:
   friend class Client;
   Session(std::shared_ptr<grpc::Channel> channel, std::string id, int64_t num_nodes);
-  // Makes one unary call with options: send(context) sends it and returns its status.
+  // Makes one unary call with options: send(context) sends it and returns its status. Also
+  // what Client uses for its calls over the session channel (Forward, shared memory).
   template <typename Send>
   static absl::Status Call(const CallOptions& options, Send&& send);
 

@@ -33,34 +33,9 @@ absl::StatusOr<absl::Duration> SharedMemoryRegistry::Register(
   if (idle_ttl == absl::ZeroDuration() || idle_ttl > options_.idle_ttl)
     idle_ttl = options_.idle_ttl;
   {
-    // The cheap refusals first, before the object is opened; checked again below.
+    // The cheap refusals first, before the object is opened.
     MutexLock lock(&mutex_);
-    if (ended_) {
-      return absl::UnavailableError(
-          "the server is shutting down and registers no shared memory; use another replica");
-    }
-    auto it = regions_.find(name);
-    if (it != regions_.end()) {
-      if (it->second.tenant != tenant) {
-        return absl::PermissionDeniedError(absl::StrCat("shared-memory region name ", Quote(name),
-                                                        " is another tenant's; choose another"));
-      }
-      return absl::AlreadyExistsError(
-          absl::StrCat("shared-memory region ", Quote(name),
-                       " is registered already; unregister it first (UnregisterSharedMemory)"));
-    }
-    auto owner = keys_.find(key);
-    if (owner != keys_.end() && owner->second.first != tenant) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("shared-memory object ", Quote(key), " is registered by another tenant"));
-    }
-    auto count = per_tenant_.find(tenant);
-    if (count != per_tenant_.end() && count->second >= options_.max_per_tenant) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the tenant holds ", count->second, " shared-memory regions, the limit is ",
-                       options_.max_per_tenant,
-                       " (--max_shared_memory_regions); unregister one (UnregisterSharedMemory)"));
-    }
+    if (absl::Status s = RefusalLocked(tenant, name, key); !s.ok()) return s;
   }
   MemoryReservation memory(budget);
   if (absl::Status s = memory.Grow(byte_size > 0 ? byte_size : 0); !s.ok()) {
@@ -76,24 +51,8 @@ absl::StatusOr<absl::Duration> SharedMemoryRegistry::Register(
   MutexLock lock(&mutex_);
   // Again, as another call may have registered meanwhile; the region just opened is unmapped
   // on return (outside the lock: `opened` was declared before it).
-  if (ended_) return absl::UnavailableError("the server is shutting down");
-  if (regions_.contains(name)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("shared-memory region ", Quote(name), " was registered meanwhile"));
-  }
-  auto owner = keys_.find(key);
-  if (owner != keys_.end() && owner->second.first != tenant) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("shared-memory object ", Quote(key), " is registered by another tenant"));
-  }
-  int64_t& count = per_tenant_[tenant];
-  if (count >= options_.max_per_tenant) {
-    if (count == 0) per_tenant_.erase(tenant);
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the tenant holds ", count, " shared-memory regions, the limit is ",
-                     options_.max_per_tenant, " (--max_shared_memory_regions)"));
-  }
-  ++count;
+  if (absl::Status s = RefusalLocked(tenant, name, key); !s.ok()) return s;
+  ++per_tenant_[tenant];
   auto& key_owner = keys_[key];
   key_owner.first = std::string(tenant);
   ++key_owner.second;
@@ -105,6 +64,35 @@ absl::StatusOr<absl::Duration> SharedMemoryRegistry::Register(
   entry.idle_ttl = idle_ttl;
   entry.last_used = absl::Now();
   return idle_ttl;
+}
+
+absl::Status SharedMemoryRegistry::RefusalLocked(absl::string_view tenant, absl::string_view name,
+                                                 absl::string_view key) const {
+  if (ended_) {
+    return absl::UnavailableError(
+        "the server is shutting down and registers no shared memory; use another replica");
+  }
+  if (auto it = regions_.find(name); it != regions_.end()) {
+    if (it->second.tenant != tenant) {
+      return absl::PermissionDeniedError(absl::StrCat("shared-memory region name ", Quote(name),
+                                                      " is another tenant's; choose another"));
+    }
+    return absl::AlreadyExistsError(
+        absl::StrCat("shared-memory region ", Quote(name),
+                     " is registered already; unregister it first (UnregisterSharedMemory)"));
+  }
+  if (auto owner = keys_.find(key); owner != keys_.end() && owner->second.first != tenant) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("shared-memory object ", Quote(key), " is registered by another tenant"));
+  }
+  if (auto count = per_tenant_.find(tenant);
+      count != per_tenant_.end() && count->second >= options_.max_per_tenant) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the tenant holds ", count->second, " shared-memory regions, the limit is ",
+                     options_.max_per_tenant,
+                     " (--max_shared_memory_regions); unregister one (UnregisterSharedMemory)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SharedMemoryRegistry::Unregister(absl::string_view tenant, absl::string_view name) {

@@ -104,6 +104,10 @@ class SharedMemoryRegistry {
     absl::Time last_used;  // when the last use ended, or it was registered
   };
 
+  // Why tenant may not register name for key now (draining, a name or key taken, the tenant at
+  // its bound), or OK. Register asks before opening the object and again after.
+  absl::Status RefusalLocked(absl::string_view tenant, absl::string_view name,
+                             absl::string_view key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Ends the regions idle past their TTL: the reaper's run.
   void Reap();
   // Removes name's entry, returning it to be freed outside the lock.

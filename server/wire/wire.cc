@@ -167,9 +167,36 @@ absl::Status CheckOpStrings(const v1::Op& op, int index, const graph::Limits& li
   });
 }
 
+// The region range names, with [range.offset(), + size) checked to lie within it (Note
+// [Shared-memory regions]); `what` names the tensor or destination, `field` the range's region
+// field, in errors. The region is held by sources.regions for the request's life. The
+// description is built once even for a good range: a range holds megabytes, beside which it
+// is nothing.
+absl::StatusOr<const SharedMemoryRegion*> FindRange(const v1::SharedMemoryRange& range,
+                                                    int64_t size, const graph::Limits& limits,
+                                                    const TensorSources& sources,
+                                                    absl::FunctionRef<std::string()> what,
+                                                    const char* field) {
+  if (absl::Status s =
+          CheckString(range.region(), limits, [&] { return absl::StrCat(what(), ": ", field); });
+      !s.ok()) {
+    return s;
+  }
+  const std::string described = what();
+  if (sources.regions == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(described, ": shared memory cannot be used by this call"));
+  }
+  absl::StatusOr<const SharedMemoryRegion*> region =
+      sources.regions->Find(range.region(), described);
+  if (!region.ok()) return region.status();
+  if (absl::Status s = (*region)->CheckRange(range.offset(), size, described); !s.ok()) return s;
+  return region;
+}
+
 // Checks everything about a wire tensor that can be checked before allocating it. `what` names
 // it in errors ("leaf 'x'"); it is called only to write an error, so a good request builds no
-// descriptions.
+// descriptions (but one per shared-memory range, FindRange).
 absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& limits,
                                       const TensorSources& sources,
                                       absl::FunctionRef<std::string()> what) {
@@ -254,27 +281,14 @@ absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& 
     case v1::Tensor::kSharedMemory: {
       // Note [Shared-memory regions] in server/shared_memory/registry.h.
       const v1::SharedMemoryRange& range = t.shared_memory();
-      if (absl::Status s =
-              CheckString(range.region(), limits,
-                          [&] { return absl::StrCat(what(), ": shared_memory.region"); });
-          !s.ok()) {
-        return s;
-      }
       if (range.byte_size() != 0 && range.byte_size() != plan.nbytes) {
         return absl::InvalidArgumentError(absl::StrCat(
             what(), ": shared_memory.byte_size is ", range.byte_size(), " but ", dtype_name,
             ShapeToString(plan.shape), " needs ", plan.nbytes, " (or give 0)"));
       }
-      if (sources.regions == nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what(), ": shared memory cannot be used by this call"));
-      }
       absl::StatusOr<const SharedMemoryRegion*> region =
-          sources.regions->Find(range.region(), what());
+          FindRange(range, plan.nbytes, limits, sources, what, "shared_memory.region");
       if (!region.ok()) return region.status();
-      if (absl::Status s = (*region)->CheckRange(range.offset(), plan.nbytes, what()); !s.ok()) {
-        return s;
-      }
       plan.region = *region;
       plan.offset = range.offset();
       break;
@@ -632,29 +646,16 @@ absl::StatusOr<Destinations> FindDestinations(const v1::BackwardCall& call, int 
       return absl::StrCat("call #", index, ": gradient destination for ", Quote(input));
     };
     if (absl::Status s = CheckString(input, limits, what); !s.ok()) return s;
-    if (absl::Status s =
-            CheckString(range.region(), limits, [&] { return absl::StrCat(what(), ": region"); });
-        !s.ok()) {
-      return s;
-    }
     if (!inputs.empty() && !inputs.contains(input)) {
       return absl::InvalidArgumentError(absl::StrCat(what(), ": not one of the call's inputs"));
     }
-    if (sources.regions == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what(), ": shared memory cannot be used by this call"));
-    }
     absl::StatusOr<const SharedMemoryRegion*> region =
-        sources.regions->Find(range.region(), what());
+        FindRange(range, range.byte_size(), limits, sources, what, "region");
     if (!region.ok()) return region.status();
     if (!(*region)->writable()) {
       return absl::InvalidArgumentError(absl::StrCat(
           what(), ": shared-memory region ", Quote(range.region()),
           " was registered read-only; register it with writable set to write gradients there"));
-    }
-    if (absl::Status s = (*region)->CheckRange(range.offset(), range.byte_size(), what());
-        !s.ok()) {
-      return s;
     }
     out.emplace(input, GradientDestination{*region, range.offset(), range.byte_size()});
   }
