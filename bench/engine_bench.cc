@@ -155,7 +155,7 @@ struct Pass {
 Pass TimeBackward(const std::string& scenario) {
   const bool limits = absl::GetFlag(FLAGS_limits);
   std::shared_ptr<MemoryBudget> budget;
-  if (limits) budget = std::make_shared<MemoryBudget>();
+  if (limits) budget = MemoryBudget::Make();
   Graph g;
   {
     std::optional<MemoryBudgetScope> scope;
@@ -219,7 +219,7 @@ void Times(const std::string& scenario, int repeats, int warmup, int threads) {
 // Forward and backward once, under a MemoryBudget, in this fresh process.
 void Memory(const std::string& scenario, int threads) {
   const int64_t before_kb = ResidentKb();
-  auto budget = std::make_shared<MemoryBudget>();
+  auto budget = MemoryBudget::Make();
   {
     MemoryBudgetScope scope(budget);
     Graph g = Build(scenario);

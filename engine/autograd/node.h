@@ -206,8 +206,9 @@ class Node : public std::enable_shared_from_this<Node> {
   std::unique_ptr<Hooks> hooks_;  // null: none
   mutable Mutex mutex_;
   // Note [Nodes on the budget]: the budget charged (null: none) and how much. Set while the
-  // Node is built, on one thread.
-  std::shared_ptr<MemoryBudget> budget_;
+  // Node is built, on one thread. A plain pointer: the charge keeps the budget alive (Note [A
+  // budget outlives its charges]).
+  MemoryBudget* budget_ = nullptr;
   int64_t charged_ = 0;
 };
 
@@ -221,7 +222,7 @@ class NodeCharge {
     const std::shared_ptr<MemoryBudget>& budget = CurrentMemoryBudget();
     if (budget == nullptr) return;
     budget->Charge(node_bytes);
-    budget_ = budget;
+    budget_ = budget.get();
     bytes_ = node_bytes;
   }
   ~NodeCharge() {
@@ -232,12 +233,12 @@ class NodeCharge {
 
   // The Node now holds the charge, and gives it back when destroyed.
   void HandTo(Node& node) {
-    node.budget_ = std::move(budget_);
+    node.budget_ = std::exchange(budget_, nullptr);
     node.charged_ = std::exchange(bytes_, 0);
   }
 
  private:
-  std::shared_ptr<MemoryBudget> budget_;
+  MemoryBudget* budget_ = nullptr;  // charged bytes_, which keep it alive
   int64_t bytes_ = 0;
 };
 

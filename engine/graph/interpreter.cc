@@ -377,9 +377,8 @@ class Interpreter {
     recorded->limits_ = limits;
     recorded->cancel_ = cancel;
     // Within the budget of the caller's thread, if any (Note [Budgets within a budget]).
-    recorded->budget_ =
-        std::make_shared<MemoryBudget>(limits.max_memory_bytes, CurrentMemoryBudget(),
-                                       "request memory limit", limits.max_tensor_elements);
+    recorded->budget_ = MemoryBudget::Make(limits.max_memory_bytes, CurrentMemoryBudget(),
+                                           "request memory limit", limits.max_tensor_elements);
     absl::Status status = CatchAll([&]() -> absl::Status {
       MemoryBudgetScope budget_scope(recorded->budget_);
       CancellationScope cancel_scope(cancel.get());  // Note [Stopping a running op]

@@ -9,17 +9,34 @@ namespace {
 thread_local const std::vector<std::string>* current_output_names = nullptr;
 }  // namespace
 
+std::shared_ptr<MemoryBudget> MemoryBudget::Make(int64_t limit_bytes, int64_t max_tensor_elements) {
+  return Make(limit_bytes, nullptr, "request memory limit", max_tensor_elements);
+}
+
+std::shared_ptr<MemoryBudget> MemoryBudget::Make(int64_t limit_bytes,
+                                                 std::shared_ptr<MemoryBudget> parent,
+                                                 std::string what, int64_t max_tensor_elements) {
+  return std::shared_ptr<MemoryBudget>(
+      new MemoryBudget(limit_bytes, std::move(parent), std::move(what), max_tensor_elements),
+      [](MemoryBudget* budget) { budget->Disown(); });
+}
+
 absl::Status MemoryBudget::TryCharge(int64_t bytes) {
-  const int64_t now = used_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  if (bytes > kMaxChargeBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what_, " exceeded: allocating ", bytes, " bytes is more than any budget counts (at most ",
+        kMaxChargeBytes, " bytes at once)"));
+  }
+  const int64_t now = (state_.fetch_add(2 * bytes, std::memory_order_relaxed) >> 1) + bytes;
   if (now > limit_) {
-    used_.fetch_sub(bytes, std::memory_order_relaxed);
+    state_.fetch_sub(2 * bytes, std::memory_order_relaxed);
     return absl::ResourceExhaustedError(
         absl::StrCat(what_, " exceeded: allocating ", bytes, " bytes with ", now - bytes,
                      " in use would pass the limit of ", limit_, " bytes"));
   }
   if (parent_ != nullptr) {
     if (absl::Status s = parent_->TryCharge(bytes); !s.ok()) {
-      used_.fetch_sub(bytes, std::memory_order_relaxed);
+      state_.fetch_sub(2 * bytes, std::memory_order_relaxed);
       return s;
     }
   }

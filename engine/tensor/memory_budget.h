@@ -31,6 +31,21 @@
 // adds the op, as to any error of the op. A tensor that a grad op's nested backward makes on
 // the op's thread is named by the grad op's outputs too, since it is made to compute them; on
 // other threads, and outside the interpreter, it is "a tensor".
+//
+// Note [A budget outlives its charges]
+// What is charged to a budget (a Storage, a Node, a working buffer) keeps a plain pointer to
+// it, not a shared_ptr: copying and dropping a shared_ptr are two more atomic operations for
+// every small tensor and Node, about as many as the charge and release themselves, and they
+// were most of what the limits cost the backward pass (docs/benchmarks.md, "Builds
+// compared"). Instead a budget stays alive while anything is charged to it. Its owners (the
+// shared_ptrs Make returns, and their copies) and its charged bytes share one atomic word:
+// twice the bytes charged, plus one while any owner is left. The last owner to go takes the
+// one off; a release takes twice its bytes off; whichever of them brings the word to 0 deletes
+// the budget. So a charge and its release are one atomic operation on each budget of the
+// chain, and a tensor may outlive every owner of the budget it is charged to (a gradient a
+// session keeps, a response still being written). A holder keeps the pointer only while it
+// holds a charge of more than 0 bytes: a budget with no owner and nothing charged is gone.
+// Budgets are made only by Make, whose shared_ptr knows this.
 
 #ifndef GRADSERVE_ENGINE_TENSOR_MEMORY_BUDGET_H_
 #define GRADSERVE_ENGINE_TENSOR_MEMORY_BUDGET_H_
@@ -50,42 +65,52 @@ namespace gradserve {
 // Thread safety: all methods may be called from any thread at once.
 class MemoryBudget {
  public:
-  explicit MemoryBudget(int64_t limit_bytes = std::numeric_limits<int64_t>::max(),
-                        int64_t max_tensor_elements = std::numeric_limits<int64_t>::max())
-      : limit_(limit_bytes), max_tensor_elements_(max_tensor_elements) {}
+  // The most bytes one charge may ask; more is refused whatever the limit, so that the state
+  // word (Note [A budget outlives its charges]) cannot overflow. No memory is this big.
+  static constexpr int64_t kMaxChargeBytes = int64_t{1} << 56;
+
+  // A budget of limit_bytes (Note [A budget outlives its charges]: the only way to make one).
+  static std::shared_ptr<MemoryBudget> Make(
+      int64_t limit_bytes = std::numeric_limits<int64_t>::max(),
+      int64_t max_tensor_elements = std::numeric_limits<int64_t>::max());
   // A budget within parent (Note [Budgets within a budget]); `what` names the limit in errors,
   // e.g. "server memory limit (--max_server_memory_bytes)". parent may be null.
-  MemoryBudget(int64_t limit_bytes, std::shared_ptr<MemoryBudget> parent, std::string what,
-               int64_t max_tensor_elements = std::numeric_limits<int64_t>::max())
-      : limit_(limit_bytes),
-        max_tensor_elements_(max_tensor_elements),
-        parent_(std::move(parent)),
-        what_(std::move(what)) {}
+  static std::shared_ptr<MemoryBudget> Make(
+      int64_t limit_bytes, std::shared_ptr<MemoryBudget> parent, std::string what,
+      int64_t max_tensor_elements = std::numeric_limits<int64_t>::max());
+
+  MemoryBudget(const MemoryBudget&) = delete;
+  MemoryBudget& operator=(const MemoryBudget&) = delete;
 
   // Adds bytes here and to every parent, or throws RESOURCE_EXHAUSTED naming the limit it would
   // pass (and adds nothing anywhere). Inline: a recorded graph's Nodes are charged one by one
-  // (Note [Nodes on the budget]); a budget within a parent takes the out-of-line path.
+  // (Note [Nodes on the budget]); a budget within a parent takes the out-of-line path. The
+  // caller holds an owner of this budget or a charge to it.
   void Charge(int64_t bytes) {
-    if (parent_ == nullptr) {
-      const int64_t now = used_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    if (parent_ == nullptr && bytes <= kMaxChargeBytes) [[likely]] {
+      const int64_t now = (state_.fetch_add(2 * bytes, std::memory_order_relaxed) >> 1) + bytes;
       if (now <= limit_) [[likely]] {
         int64_t peak = peak_.load(std::memory_order_relaxed);
         while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
         }
         return;
       }
-      used_.fetch_sub(bytes, std::memory_order_relaxed);
+      state_.fetch_sub(2 * bytes, std::memory_order_relaxed);
     }
     ChargeOrThrow(bytes);
   }
   // Like Charge, but returns the error instead of throwing it.
   absl::Status TryCharge(int64_t bytes);
+  // Gives back bytes charged here (and to every parent). May delete the budget: the caller
+  // must not use it afterwards unless it holds an owner or another charge (Note [A budget
+  // outlives its charges]).
   void Release(int64_t bytes) {
-    used_.fetch_sub(bytes, std::memory_order_relaxed);
-    if (parent_ != nullptr) parent_->Release(bytes);
+    if (bytes <= 0) return;
+    if (parent_ != nullptr) parent_->Release(bytes);  // first: this budget owns its parent
+    if (state_.fetch_sub(2 * bytes, std::memory_order_acq_rel) == 2 * bytes) delete this;
   }
 
-  int64_t used() const { return used_.load(std::memory_order_relaxed); }
+  int64_t used() const { return state_.load(std::memory_order_relaxed) >> 1; }
   int64_t peak() const { return peak_.load(std::memory_order_relaxed); }
   int64_t limit() const { return limit_; }
   const std::shared_ptr<MemoryBudget>& parent() const { return parent_; }
@@ -94,14 +119,27 @@ class MemoryBudget {
   int64_t max_tensor_elements() const { return max_tensor_elements_; }
 
  private:
+  MemoryBudget(int64_t limit_bytes, std::shared_ptr<MemoryBudget> parent, std::string what,
+               int64_t max_tensor_elements)
+      : limit_(limit_bytes),
+        max_tensor_elements_(max_tensor_elements),
+        parent_(std::move(parent)),
+        what_(std::move(what)) {}
+  ~MemoryBudget() = default;
+
+  // The last owner is gone: deletes the budget unless something is still charged to it.
+  void Disown() {
+    if (state_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
   // Charge's slow path: TryCharge, throwing its error.
   void ChargeOrThrow(int64_t bytes);
 
   const int64_t limit_;
   const int64_t max_tensor_elements_;
   const std::shared_ptr<MemoryBudget> parent_;
-  const std::string what_ = "request memory limit";
-  std::atomic<int64_t> used_{0};
+  const std::string what_;
+  // Note [A budget outlives its charges]: 2 * bytes charged + 1 while any owner is left.
+  std::atomic<int64_t> state_{1};
   std::atomic<int64_t> peak_{0};
 };
 

@@ -18,7 +18,10 @@
 namespace gradserve {
 
 Storage::Storage(size_t nbytes, Allocator* allocator, const std::shared_ptr<MemoryBudget>& budget)
-    : allocator_(allocator), device_(allocator->device()), nbytes_(nbytes), budget_(budget) {
+    : allocator_(allocator),
+      device_(allocator->device()),
+      nbytes_(nbytes),
+      budget_(nbytes > 0 ? budget.get() : nullptr) {
   if (budget_) budget_->Charge(static_cast<int64_t>(nbytes));
   if (nbytes > 0 && nbytes <= kInlineBytes && allocator == CpuAllocator()) {
     data_ = inline_;
@@ -36,7 +39,7 @@ Storage::Storage(void* data, size_t nbytes, Device device, std::shared_ptr<const
     : allocator_(nullptr),
       device_(device),
       nbytes_(nbytes),
-      budget_(CurrentMemoryBudget()),
+      budget_(nbytes > 0 ? CurrentMemoryBudget().get() : nullptr),
       data_(data),
       owner_(std::move(owner)) {
   if (budget_) budget_->Charge(static_cast<int64_t>(nbytes));

@@ -78,7 +78,8 @@ class Storage {
   // Note [Version counter]. Next to device_, in what was padding: no Storage grows.
   std::atomic<uint32_t> version_{0};
   const size_t nbytes_;
-  std::shared_ptr<MemoryBudget> budget_;
+  // Charged nbytes_ (Note [A budget outlives its charges]); null if none or nbytes_ is 0.
+  MemoryBudget* const budget_;
   void* data_ = nullptr;
   std::shared_ptr<const void> owner_;  // adopted memory's owner; null otherwise
   // The bytes of a small host storage (Note [Small storage inline]).

@@ -45,8 +45,7 @@ int64_t CacheBytes(const MemorySize& memory, int64_t own_bound) {
 }
 
 std::shared_ptr<MemoryBudget> MakeServerMemoryBudget(int64_t bytes) {
-  return std::make_shared<MemoryBudget>(bytes, nullptr,
-                                        "server memory limit (--max_server_memory_bytes)");
+  return MemoryBudget::Make(bytes, nullptr, "server memory limit (--max_server_memory_bytes)");
 }
 
 }  // namespace gradserve::server

@@ -11,7 +11,7 @@ Tenant::Tenant(std::string name, int64_t max_in_flight, int64_t memory_bytes,
     : name_(std::move(name)),
       index_(index),
       max_in_flight_(max_in_flight),
-      memory_(std::make_shared<MemoryBudget>(
+      memory_(MemoryBudget::Make(
           memory_bytes, std::move(server_memory),
           absl::StrCat("tenant ", name_, "'s memory share (--tenant_memory_share)"))) {}
 

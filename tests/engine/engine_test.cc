@@ -415,7 +415,7 @@ TEST(EngineTest, CancellationStopsThePassAndFreesItsBuffers) {
   });
   std::shared_ptr<LambdaBackward> after;
   Tensor loss = Sum(Scale(slow, 2, &after));
-  auto budget = std::make_shared<MemoryBudget>();
+  auto budget = MemoryBudget::Make();
   std::thread canceller([&] {
     while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     token->Cancel(absl::CancelledError("client cancelled"));

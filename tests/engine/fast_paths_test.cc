@@ -155,7 +155,7 @@ TEST(SumBackwardTest, SmallExpandedGradientsAreContiguousLargeOnesStayViews) {
 }
 
 TEST(SmallStorageTest, SmallHostBytesLiveInTheStorageAndCountInTheBudget) {
-  auto budget = std::make_shared<MemoryBudget>();
+  auto budget = MemoryBudget::Make();
   MemoryBudgetScope scope(budget);
   Tensor small = Tensor::Empty({Storage::kInlineBytes / 4}, DType::kFloat32);
   const auto* object = reinterpret_cast<const char*>(small.storage().get());

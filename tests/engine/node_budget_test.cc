@@ -25,7 +25,7 @@ Tensor LeafOf(std::vector<double> values) {
 }
 
 TEST(NodeBudgetTest, NodesAreChargedWhileTheyLive) {
-  auto budget = std::make_shared<MemoryBudget>();
+  auto budget = MemoryBudget::Make();
   {
     MemoryBudgetScope scope(budget);
     Tensor x = LeafOf({1, 2});
@@ -42,7 +42,7 @@ TEST(NodeBudgetTest, NodesAreChargedWhileTheyLive) {
 }
 
 TEST(NodeBudgetTest, EdgesPastTheCoveredOnesAreCharged) {
-  auto budget = std::make_shared<MemoryBudget>();
+  auto budget = MemoryBudget::Make();
   MemoryBudgetScope scope(budget);
   std::vector<Tensor> parts;
   for (int i = 0; i < 10; ++i) parts.push_back(LeafOf({1.0 * i}));
@@ -59,7 +59,7 @@ TEST(NodeBudgetTest, NodesNoneMadeWithoutABudget) {
 
 TEST(NodeBudgetTest, RecordingOverTheBudgetIsRefused) {
   // 16 KiB holds a few dozen Nodes of one-element tensors, not a thousand.
-  auto budget = std::make_shared<MemoryBudget>(16 << 10);
+  auto budget = MemoryBudget::Make(16 << 10);
   MemoryBudgetScope scope(budget);
   Tensor y = LeafOf({0.5});
   absl::Status status;
@@ -77,7 +77,7 @@ TEST(NodeBudgetTest, RecordingOverTheBudgetIsRefused) {
 // A backward with create_graph records Nodes (charged on the Engine's thread, to the pass's
 // budget); every pass charges its node table while it runs, and gives it back.
 TEST(NodeBudgetTest, BackwardChargesItsNodesAndItsNodeTable) {
-  auto budget = std::make_shared<MemoryBudget>();
+  auto budget = MemoryBudget::Make();
   int64_t graph_bytes = 0;
   Tensor x, loss;
   {
@@ -103,7 +103,7 @@ TEST(NodeBudgetTest, BackwardChargesItsNodesAndItsNodeTable) {
   EXPECT_EQ(budget->used(), graph_bytes);
 
   // A budget too small for the gradient's graph stops the backward.
-  auto small = std::make_shared<MemoryBudget>(64 * autograd::kNodeOverheadBytes);
+  auto small = MemoryBudget::Make(64 * autograd::kNodeOverheadBytes);
   options.budget = small;
   grads = autograd::Grad({loss}, {Tensor()}, {x}, options);
   EXPECT_EQ(grads.status().code(), absl::StatusCode::kResourceExhausted) << grads.status();

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,7 +53,7 @@ TEST(AdoptedStorageTest, MisalignedBytesAreCopied) {
 }
 
 TEST(AdoptedStorageTest, AdoptedBytesAreChargedToTheBudget) {
-  auto budget = std::make_shared<MemoryBudget>(/*limit_bytes=*/20);
+  auto budget = MemoryBudget::Make(/*limit_bytes=*/20);
   MemoryBudgetScope scope(budget);
   std::shared_ptr<std::string> owner = Bytes({1, 2, 3, 4});
   {
@@ -71,6 +72,48 @@ TEST(AdoptedStorageTest, AdoptedBytesAreChargedToTheBudget) {
   }
   EXPECT_EQ(budget->used(), 0);
   EXPECT_TRUE(watch.expired());  // a refused adoption lets go of the owner
+}
+
+// Note [A budget outlives its charges]: tensors and Nodes keep a plain pointer to their
+// budget, which lives until the last of its owners and charges is gone, whichever order they
+// go in. Under ASan a budget freed too early is a use after free, and one never freed a leak.
+TEST(BudgetLifetimeTest, ATensorOutlivesEveryOwnerOfItsBudget) {
+  auto parent = MemoryBudget::Make(/*limit_bytes=*/1000, nullptr, "parent limit");
+  std::optional<Tensor> t;
+  {
+    MemoryBudgetScope scope(MemoryBudget::Make(/*limit_bytes=*/100, parent, "child limit"));
+    t = Tensor::Zeros({8}, DType::kFloat32);
+    Tensor empty = Tensor::Empty({0}, DType::kFloat32);  // charges nothing, holds nothing
+    EXPECT_EQ(CurrentMemoryBudget()->used(), 32);
+  }
+  // The child's only owner, the scope, is gone; the tensor's charge keeps it alive.
+  EXPECT_EQ(parent->used(), 32);
+  EXPECT_EQ(t->data<float>()[7], 0);
+  t.reset();
+  EXPECT_EQ(parent->used(), 0);
+}
+
+TEST(BudgetLifetimeTest, OwnersAndChargesMayGoInAnyOrder) {
+  std::vector<Tensor> tensors;
+  std::shared_ptr<MemoryBudget> budget = MemoryBudget::Make();
+  {
+    MemoryBudgetScope scope(budget);
+    for (int i = 0; i < 4; ++i) tensors.push_back(Tensor::Zeros({4}, DType::kFloat64));
+  }
+  tensors.erase(tensors.begin());
+  EXPECT_EQ(budget->used(), 3 * 32);
+  budget.reset();
+  tensors.clear();  // the last charge deletes the budget
+}
+
+TEST(BudgetLifetimeTest, AChargeNoBudgetCanCountIsRefused) {
+  auto budget = MemoryBudget::Make();
+  absl::Status s = budget->TryCharge(MemoryBudget::kMaxChargeBytes + 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("more than any budget counts"), std::string::npos) << s;
+  EXPECT_EQ(budget->used(), 0);
+  EXPECT_THROW(budget->Charge(INT64_MAX), StatusError);
+  EXPECT_EQ(budget->used(), 0);
 }
 
 TEST(BigBlockTest, FreedBigBlocksAreReusedAndAligned) {

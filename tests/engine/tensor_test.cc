@@ -43,7 +43,7 @@ TEST(TensorTest, EmptyRejectsHugeShapes) {
 }
 
 TEST(TensorTest, MemoryBudgetLimitsAllocation) {
-  auto budget = std::make_shared<MemoryBudget>(1000);
+  auto budget = MemoryBudget::Make(1000);
   MemoryBudgetScope scope(budget);
   Tensor a = Tensor::Empty({100}, DType::kFloat64);
   EXPECT_EQ(budget->used(), 800);
@@ -60,7 +60,7 @@ TEST(TensorTest, MemoryBudgetLimitsAllocation) {
 // Note [Tensors over max_tensor_elements]: refused before anything is allocated or charged,
 // naming the op outputs being computed.
 TEST(TensorTest, MemoryBudgetRefusesTensorsOverMaxTensorElements) {
-  auto budget = std::make_shared<MemoryBudget>(int64_t{1} << 40, /*max_tensor_elements=*/1000);
+  auto budget = MemoryBudget::Make(int64_t{1} << 40, /*max_tensor_elements=*/1000);
   MemoryBudgetScope scope(budget);
   Tensor fits = Tensor::Empty({10, 100}, DType::kFloat32);
   EXPECT_EQ(budget->used(), 4000);
@@ -97,7 +97,7 @@ TEST(TensorTest, MemoryBudgetRefusesTensorsOverMaxTensorElements) {
 TEST(WorkingBufferTest, ChargedToTheCurrentBudgetWhileItLives) {
   WorkingBuffer<double> unaccounted(16, 1.5);
   EXPECT_EQ(unaccounted[15], 1.5);
-  auto budget = std::make_shared<MemoryBudget>(1000);
+  auto budget = MemoryBudget::Make(1000);
   MemoryBudgetScope scope(budget);
   {
     WorkingBuffer<double> buffer(100, 0.0);
@@ -123,9 +123,9 @@ TEST(WorkingBufferTest, ChargedToTheCurrentBudgetWhileItLives) {
 
 // Note [Budgets within a budget]: a request's budget inside the server's.
 TEST(TensorTest, ABudgetWithinABudgetChargesBothAndNamesTheLimitPassed) {
-  auto server = std::make_shared<MemoryBudget>(1000, nullptr, "server memory limit (--flag)");
-  auto first = std::make_shared<MemoryBudget>(800, server, "request memory limit");
-  auto second = std::make_shared<MemoryBudget>(800, server, "request memory limit");
+  auto server = MemoryBudget::Make(1000, nullptr, "server memory limit (--flag)");
+  auto first = MemoryBudget::Make(800, server, "request memory limit");
+  auto second = MemoryBudget::Make(800, server, "request memory limit");
   Tensor a, b;
   {
     MemoryBudgetScope scope(first);

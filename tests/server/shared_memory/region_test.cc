@@ -78,8 +78,8 @@ TEST(GuardedCopyTest, APageGoneUnderTheCopyIsAnErrorNotACrash) {
 TEST(GuardedCopyTest, ASplitCopyIsWholeAndEachThreadsFaultIsCaught) {
   const int64_t size = int64_t{40} << 20;  // split over threads (Note [Copies split over threads])
   Object object(size);
-  char* base = static_cast<char*>(
-      mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, object.fd(), 0));
+  char* base =
+      static_cast<char*>(mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, object.fd(), 0));
   ASSERT_NE(base, MAP_FAILED);
   std::vector<char> buffer(size);
   for (int64_t i = 0; i < size; ++i) buffer[i] = static_cast<char>(i * 7 + i / 4096);
@@ -176,7 +176,7 @@ class RegistryTest : public ::testing::Test {
                                           absl::Duration ttl = absl::ZeroDuration()) {
     return registry.Register(tenant, name, object.key(), 64, true, ttl, budget_);
   }
-  std::shared_ptr<MemoryBudget> budget_ = std::make_shared<MemoryBudget>(1000);
+  std::shared_ptr<MemoryBudget> budget_ = MemoryBudget::Make(1000);
 };
 
 TEST_F(RegistryTest, NamesAndObjectsAreTheirTenantsAlone) {
@@ -219,7 +219,7 @@ TEST_F(RegistryTest, BoundsPerTenantAndOnTheBudget) {
   EXPECT_TRUE(Register(registry, "beta", "3", c).ok());  // another tenant's count
 
   SharedMemoryRegistry small(Options());
-  auto tiny = std::make_shared<MemoryBudget>(32);
+  auto tiny = MemoryBudget::Make(32);
   const absl::Status over = small.Register("acme", "big", a.key(), 64, true, {}, tiny).status();
   EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted) << over;
   EXPECT_EQ(tiny->used(), 0);
