@@ -302,7 +302,10 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
     if (task.fn != nullptr && !local_graph_task->has_error_.load(std::memory_order_acquire)) {
       GraphTaskScope scope(local_graph_task.get());
       try {
-        if (local_graph_task->cancel_ != nullptr) ThrowIfError(local_graph_task->cancel_->Check());
+        // Before every Node: no clock read (Note [A deadline set by a timer]).
+        if (local_graph_task->cancel_ != nullptr) {
+          ThrowIfError(local_graph_task->cancel_->CheckCancelled());
+        }
         evaluate_function(local_graph_task, task.fn.get(), task.inputs, &handoff);
       } catch (const StatusError& e) {
         local_graph_task->set_exception(e.status(), task.fn.get());

@@ -3,8 +3,10 @@
 
 #include "engine/util/cancellation.h"
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -102,6 +104,71 @@ TEST(CancellationTest, DeadlinesComeExactlyDespiteTheCoarseClock) {
   EXPECT_EQ(far.Check().code(), absl::StatusCode::kCancelled);
   EXPECT_TRUE(CancellationToken(absl::InfinitePast()).Check().code() ==
               absl::StatusCode::kDeadlineExceeded);
+}
+
+// Note [A deadline set by a timer]: nobody checks these tokens; the timer cancels each at its
+// deadline, never before, and CheckCancelled (no clock) then sees it.
+TEST(DeadlineTimerTest, CancelsATokenAtItsDeadlineWithoutACheck) {
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(20);
+  CancellationToken token(deadline);
+  std::atomic<bool> ran{false};
+  absl::Time ran_at;
+  token.AddCallback([&] {
+    ran_at = absl::Now();
+    ran = true;
+  });
+  EXPECT_TRUE(token.CheckCancelled().ok());
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (!token.cancelled() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(token.cancelled()) << "the timer never cancelled the token";
+  while (!ran) absl::SleepFor(absl::Milliseconds(1));  // the callback ends after the flag is set
+  EXPECT_GE(ran_at, deadline);
+  EXPECT_EQ(token.CheckCancelled().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(token.Check().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(DeadlineTimerTest, AnExpiredTokenIsCancelledWhenMade) {
+  CancellationToken token(absl::Now() - absl::Milliseconds(1));
+  EXPECT_TRUE(token.cancelled());
+  EXPECT_EQ(token.CheckCancelled().code(), absl::StatusCode::kDeadlineExceeded);
+  CancellationToken none;
+  EXPECT_TRUE(none.CheckCancelled().ok());
+  none.Cancel(absl::CancelledError("client went away"));
+  EXPECT_EQ(none.CheckCancelled().code(), absl::StatusCode::kCancelled);
+}
+
+// Tokens made and destroyed on several threads while the timer fires others, some destroyed
+// by their own callbacks on the timer's thread: under ASan and TSan, a token destroyed while
+// the timer cancels it would be a use after free or a race. A sooner deadline added after a
+// later one still fires first.
+TEST(DeadlineTimerTest, TokensComeAndGoWhileTheTimerFires) {
+  auto late = std::make_unique<CancellationToken>(absl::Now() + absl::Hours(1));
+  std::vector<std::thread> threads;
+  std::atomic<int> fired{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        auto token =
+            std::make_shared<CancellationToken>(absl::Now() + absl::Microseconds((i * 7 + t) % 50));
+        if (i % 3 == 0) {
+          // Held only by its own callback: destroyed on the timer thread, inside the cancel.
+          auto* self = new std::shared_ptr<CancellationToken>(token);
+          token->AddCallback([self, &fired] {
+            ++fired;
+            delete self;
+          });
+          token.reset();
+        } else if (i % 3 == 1) {
+          absl::SleepFor(absl::Microseconds(i % 60));
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (fired < 4 * 67 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(fired, 4 * 67);
+  EXPECT_FALSE(late->cancelled());
 }
 
 TEST(CancellationTest, WorkMeterChecksOncePerBlockOfWork) {
