@@ -59,6 +59,7 @@ class ServerProcess:
         self._proc = None
         self._log = collections.deque(maxlen=200)
         self._port_seen = threading.Event()
+        self._drainer = None
         self.address = None
 
     def start(self):
@@ -67,7 +68,8 @@ class ServerProcess:
             [binary, "--listen=127.0.0.1:0", "--grace_period=1s"] + self._flags,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True, preexec_fn=self._preexec_fn)
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self._port_seen.wait(0.05):
             if self._proc.poll() is not None or time.monotonic() > deadline:
@@ -103,14 +105,21 @@ class ServerProcess:
 
     def stop(self):
         """Stops the server: SIGTERM, then SIGKILL if it has not exited in STOP_TIMEOUT_S."""
-        if self._proc is None or self._proc.poll() is not None:
+        if self._proc is None:
             return
-        self._proc.terminate()
-        try:
-            self._proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait(STOP_TIMEOUT_S)
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(STOP_TIMEOUT_S)
+        # The drain thread reads to the end of the pipe, which the exit closed; the pipe is
+        # closed once it is done (an open one is a ResourceWarning when Python exits).
+        if self._drainer is not None:
+            self._drainer.join(STOP_TIMEOUT_S)
+            if not self._drainer.is_alive() and not self._proc.stderr.closed:
+                self._proc.stderr.close()
 
     def client(self, timeout=30, **security):
         """A gradserve.Client connected to this server; security: Client's TLS and token

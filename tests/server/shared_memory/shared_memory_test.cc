@@ -16,6 +16,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "engine/tensor/memory_budget.h"
 #include "gtest/gtest.h"
 #include "server/service/grad_server.h"
 #include "tests/server/security/test_pki.h"
@@ -154,8 +157,17 @@ TEST_F(SharedMemoryTest, LeavesAndGradientsThroughARegionMatchTheInlineRequest) 
   EXPECT_NE(metrics.find("\ngradserve_shared_memory_regions 2\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find(absl::StrCat("\ngradserve_shared_memory_bytes ", 4 * kBytes, "\n")),
             std::string::npos);
-  // Charged to the server's memory while registered, and only until then.
-  const int64_t held = server_.server().service().memory()->used();
+  // Charged to the server's memory while registered, and only until then. A call's memory is
+  // freed after its reply when it ran on a worker (Note [Teardown after the reply]): wait
+  // for the last call's to settle first.
+  const std::shared_ptr<MemoryBudget>& memory = server_.server().service().memory();
+  int64_t held = memory->used();
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(10); absl::Now() < give_up;) {
+    absl::SleepFor(absl::Milliseconds(50));
+    const int64_t now = memory->used();
+    if (now == held) break;
+    held = now;
+  }
   EXPECT_GE(held, 4 * kBytes);
   EXPECT_TRUE(server_.client().UnregisterSharedMemory("in").ok());
   EXPECT_TRUE(server_.client().UnregisterSharedMemory("out").ok());
