@@ -113,6 +113,31 @@ absl::StatusOr<std::vector<std::pair<std::string, HostTensor>>> NamedValues(
   return out;
 }
 
+// True if graph, or a checkpoint body within it, has a leaf in shared memory.
+bool NamesSharedMemory(const v1::Graph& graph) {
+  for (const v1::Leaf& leaf : graph.leaves()) {
+    if (leaf.value().has_shared_memory()) return true;
+  }
+  for (const v1::Op& op : graph.ops()) {
+    if (op.has_body() && NamesSharedMemory(op.body())) return true;
+  }
+  return false;
+}
+
+// True if request names a shared-memory range anywhere: a leaf, a seed, a gradient
+// destination. A region lives on the one server that registered it, over the session channel,
+// so such a request goes there too (docs/shared_memory.md).
+bool NamesSharedMemory(const v1::GradRequest& request) {
+  if (NamesSharedMemory(request.graph())) return true;
+  for (const v1::BackwardCall& call : request.calls()) {
+    if (!call.gradient_destinations().empty()) return true;
+    for (const auto& [name, seed] : call.seeds()) {
+      if (seed.has_shared_memory()) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::Status FromGrpcStatus(const grpc::Status& status) {
@@ -541,7 +566,8 @@ absl::StatusOr<v1::GradResponse> Client::Unary(const v1::GradRequest& request,
   CancellerBinding binding(options.canceller, &context, &CallCanceller::Bind,
                            &CallCanceller::Unbind);
   v1::GradResponse response;
-  grpc::Status status = stub_->ComputeGradients(&context, request, &response);
+  v1::GradService::Stub& stub = NamesSharedMemory(request) ? *session_stub_ : *stub_;
+  grpc::Status status = stub.ComputeGradients(&context, request, &response);
   TakeTrailers(context, options);
   if (!status.ok()) return FromGrpcStatus(status);
   return response;
@@ -564,7 +590,7 @@ absl::StatusOr<v1::GradResponse> Client::Streamed(const v1::GradRequest& request
   CancellerBinding binding(options.canceller, &context, &CallCanceller::Bind,
                            &CallCanceller::Unbind);
   std::unique_ptr<grpc::ClientReaderWriter<v1::Chunk, v1::Chunk>> stream =
-      stub_->ComputeGradientsStream(&context);
+      (NamesSharedMemory(request) ? *session_stub_ : *stub_).ComputeGradientsStream(&context);
   v1::Chunk chunk;
   // A failed write means the server ended the call; Finish below says why.
   for (size_t i = 0; i < out.size(); ++i) {

@@ -244,7 +244,9 @@ class Client {
   // (CreateSessionChannel), which connects on its first call.
   static std::unique_ptr<Client> Connect(const std::string& target, ClientOptions options = {});
 
-  // Sends request, by ComputeGradients or, when it is too large, ComputeGradientsStream.
+  // Sends request, by ComputeGradients or, when it is too large, ComputeGradientsStream. A
+  // request that names shared memory goes over the session channel, to the server its regions
+  // were registered with (see RegisterSharedMemory).
   absl::StatusOr<v1::GradResponse> ComputeGradients(const v1::GradRequest& request,
                                                     const CallOptions& options = {});
   // The same, as plain structs.

@@ -323,6 +323,35 @@ TEST(SharedMemoryOffTest, RegisteringIsFailedPreconditionByDefault) {
       << refused;
 }
 
+// A region lives on the server that registered it; a client of two replicas sends the calls
+// that name it there too (over its session channel), where round robin would send every
+// other call to the replica that has no such region.
+TEST(SharedMemoryReplicasTest, CallsNamingARegionReachTheServerThatHoldsIt) {
+  TestServer a(ShmOptions());
+  TestServer b(ShmOptions());
+  std::unique_ptr<client::Client> both =
+      client::Client::Connect(absl::StrCat(a.target(), ",", b.target()));
+  constexpr int kN = 256;
+  absl::StatusOr<std::unique_ptr<SharedMemory>> shm = SharedMemory::Create(NewKey(), 2 * kN * 4);
+  ASSERT_TRUE(shm.ok()) << shm.status();
+  ASSERT_TRUE(both->RegisterSharedMemory("buf", (*shm)->key(), 2 * kN * 4, true).ok());
+  EXPECT_EQ(
+      a.server().service().shared_memory().size() + b.server().service().shared_memory().size(), 1);
+  const HostTensor x = HostTensor::Float32(Ramp(kN, 0.5f), {kN});
+  absl::StatusOr<v1::Tensor> xs = (*shm)->Put("buf", 0, x);
+  ASSERT_TRUE(xs.ok()) << xs.status();
+  v1::GradRequest request = Model(*xs, Inline(x));
+  (*request.mutable_calls(0)->mutable_gradient_destinations())["x"] =
+      SharedMemory::Range("buf", kN * 4, kN * 4);
+  for (int i = 0; i < 8; ++i) {
+    const absl::Status status = both->ComputeGradients(request).status();
+    EXPECT_TRUE(status.ok()) << "call " << i << ": " << status;
+  }
+  // Calls that name no region are still spread over both.
+  const v1::GradRequest inline_request = Model(Inline(x), Inline(x));
+  for (int i = 0; i < 8; ++i) EXPECT_TRUE(both->ComputeGradients(inline_request).ok());
+}
+
 TEST(SharedMemoryDrainTest, DrainingEndsEveryRegion) {
   TestServer server(ShmOptions());
   absl::StatusOr<std::unique_ptr<SharedMemory>> shm = SharedMemory::Create(NewKey(), 64);
