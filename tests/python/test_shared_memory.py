@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from server_fixture import ServerProcess  # first: puts client/python on sys.path
+import gradserve
 from gradserve import (GradserveError, GraphBuilder, SharedMemory, backward_call, from_tensor,
                        to_tensor)
 from gradserve.aio import AsyncClient
@@ -310,6 +311,31 @@ class SharedMemoryServerTest(unittest.TestCase):
         result = asyncio.run(run())
         np.testing.assert_allclose(shm.get(result.calls[0].in_shared_memory["x"]),
                                    torch_gradients()[0], rtol=1e-12)
+
+
+class SharedMemoryReplicasTest(unittest.TestCase):
+    """A Client of two replicas sends the requests that name a region to the one that holds it
+    (over the sessions' channel, as it registered it), unary and streamed; round robin would
+    send every other one to the replica without the region."""
+
+    def test_requests_naming_a_region_reach_the_server_that_holds_it(self):
+        flags = ("--worker_threads=2", f"--shared_memory_prefix={PREFIX}")
+        with ServerProcess(*flags) as a, ServerProcess(*flags) as b, \
+                SharedMemory(new_key(), 2 * NBYTES) as shm:
+            client = gradserve.Client(f"{a.address},{b.address}", timeout=30)
+            self.addCleanup(client.close)
+            client.register_shared_memory("buf", shm, writable=True)
+            xs = shm.put("buf", 0, X)
+            request = model(xs, W, {"x": shm.range("buf", NBYTES, NBYTES)})
+            gx, _ = torch_gradients()
+            for i in range(6):
+                result = client.grad(request, stream=(i % 2 == 1))
+                np.testing.assert_allclose(shm.get(result.calls[0].in_shared_memory["x"]), gx,
+                                           rtol=1e-12)
+            # Requests that name no region are still answered by both.
+            for _ in range(4):
+                np.testing.assert_allclose(client.grad(model(X, W)).calls[0]["x"], gx,
+                                           rtol=1e-12)
 
 
 class SharedMemoryOffTest(unittest.TestCase):

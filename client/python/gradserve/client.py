@@ -156,6 +156,21 @@ def _as_request(request: GradInput, calls: Optional[Iterable[gradserve_pb2.Backw
     return message
 
 
+def _graph_names_shared_memory(graph: Any) -> bool:
+    return (any(leaf.value.HasField("shared_memory") for leaf in graph.leaves) or
+            any(op.HasField("body") and _graph_names_shared_memory(op.body)
+                for op in graph.ops))
+
+
+def _names_shared_memory(request: gradserve_pb2.GradRequest) -> bool:
+    """True if request names a shared-memory range (a leaf, a seed, a gradient destination):
+    it must reach the server its regions were registered with, over the sessions' channel."""
+    return (_graph_names_shared_memory(request.graph) or
+            any(call.gradient_destinations or
+                any(seed.HasField("shared_memory") for seed in call.seeds.values())
+                for call in request.calls))
+
+
 def _shared_memory_request(name: str, shm_or_key: Union[SharedMemory, str],
                            byte_size: Optional[int], writable: bool, idle_ttl: Optional[float]
                            ) -> gradserve_pb2.RegisterSharedMemoryRequest:
@@ -218,6 +233,7 @@ class Client:
         # Sessions' calls, made on first use (docs/sessions.md).
         self._session_channel_args = (target, credentials, session_options)
         self._session_stub: Any = None
+        self._session_stream: Any = None
         self._stub = gradserve_pb2_grpc.GradServiceStub(self._channel)
         # ComputeGradientsStream on bytes: the Chunks are written and read by gradserve/chunks.py.
         self._stream = self._channel.stream_stream(
@@ -285,14 +301,17 @@ class Client:
         if stream is None:
             stream = (len(payload) > _DEFAULT_MESSAGE_LIMIT and
                       len(payload) > self._server_limits(timeout).max_message_bytes)
+        # A request that names shared memory goes where its regions are: the server that
+        # answered register_shared_memory over the sessions' channel (docs/shared_memory.md).
+        via_sessions = _names_shared_memory(message)
         if not stream:
+            stub = self._sessions() if via_sessions else self._stub
             response, call = self._call(
                 "ComputeGradients",
-                lambda t: self._stub.ComputeGradients.with_call(message, timeout=t,
-                                                                metadata=metadata),
+                lambda t: stub.ComputeGradients.with_call(message, timeout=t, metadata=metadata),
                 timeout)
             return GradResult(response, echoed_trace_id(call.trailing_metadata()))
-        response, trailing = self._grad_streamed(payload, timeout, metadata)
+        response, trailing = self._grad_streamed(payload, timeout, metadata, via_sessions)
         return GradResult(response, echoed_trace_id(trailing))
 
     def forward(self, request: GradInput, *, return_values: Iterable[str] = (),
@@ -320,6 +339,8 @@ class Client:
     def _sessions(self) -> Any:
         if self._session_stub is None:  # races benignly: the loser's channel is dropped
             self._session_channel = self._open(*self._session_channel_args)
+            self._session_stream = self._session_channel.stream_stream(
+                "/gradserve.v1.GradService/ComputeGradientsStream")
             self._session_stub = gradserve_pb2_grpc.GradServiceStub(self._session_channel)
         return self._session_stub
 
@@ -336,16 +357,20 @@ class Client:
                 self._limits = gradserve_pb2.Limits()
         return self._limits
 
-    def _grad_streamed(self, payload: bytes, timeout: Optional[float], metadata: Any = ()
-                       ) -> Tuple[gradserve_pb2.GradResponse, Any]:
-        """The response of ComputeGradientsStream and the call's trailing metadata."""
+    def _grad_streamed(self, payload: bytes, timeout: Optional[float], metadata: Any = (),
+                       via_sessions: bool = False) -> Tuple[gradserve_pb2.GradResponse, Any]:
+        """The response of ComputeGradientsStream and the call's trailing metadata, over the
+        sessions' channel if via_sessions."""
         limits = self._server_limits(timeout)
+        if via_sessions:
+            self._sessions()
+        open_stream = self._session_stream if via_sessions else self._stream
         size = max(1, min(limits.chunk_bytes or _DEFAULT_MESSAGE_LIMIT,
                           (limits.max_message_bytes or _DEFAULT_MESSAGE_LIMIT) - _CHUNK_OVERHEAD))
 
         def run(t: Optional[float]) -> Tuple[bytes, Any]:  # the Chunks as bytes (chunks.py)
-            call = self._stream(chunks.chunk_messages(payload, size), timeout=t,
-                                metadata=metadata)
+            call = open_stream(chunks.chunk_messages(payload, size), timeout=t,
+                               metadata=metadata)
             try:
                 data = chunks.join_data(call)
             except ValueError as e:
@@ -389,8 +414,9 @@ class Client:
         gradients into it (gradient_destinations); otherwise it is mapped read-only.
         idle_ttl: seconds without a call naming the region after which the server ends it
         (None: the server's --shared_memory_idle_ttl, also the most it grants).
-        Sent over the sessions' connection: a region lives on the one server that registered
-        it, so name it in calls to that server (a Client of one address, or a Session).
+        Sent over the sessions' connection, as are the grad() requests that name a region:
+        a region lives on the one server that registered it, and they reach it even when the
+        target lists several servers.
         Raises ValueError for a key of no object or an idle_ttl <= 0; GradserveError
         FAILED_PRECONDITION (shared memory off on the server), INVALID_ARGUMENT (key outside
         the prefix, object smaller than byte_size), ALREADY_EXISTS (name taken),
