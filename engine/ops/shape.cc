@@ -652,7 +652,14 @@ Tensor squeeze(const Tensor& input, std::optional<int64_t> dim) {
 Tensor unsqueeze(const Tensor& input, int64_t dim) {
   GS_CHECK_ARG(input.defined(), "unsqueeze: input is missing");
   dim = WrapInsertDimArg("unsqueeze", "dim", dim, input.shape());
-  const int64_t stride = dim < input.dim() ? input.shape()[dim] * input.strides()[dim] : 1;
+  // PyTorch's stride for the new dim: the span of the dim it goes before. That product can
+  // pass int64 only when the tensor has no elements (shape [2^63 - 1, 4, 0]: the fuzzer's find),
+  // whose strides reach no memory; then any stride will do.
+  int64_t stride = 1;
+  if (dim < input.dim() &&
+      __builtin_mul_overflow(input.shape()[dim], input.strides()[dim], &stride)) {
+    stride = 1;
+  }
   Strides strides = input.strides();
   strides.insert(strides.begin() + dim, stride);
   Tensor out = input.AsStrided(ShapeWith(input.shape(), dim, 1), strides, input.storage_offset());

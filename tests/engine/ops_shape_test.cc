@@ -1,3 +1,4 @@
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -135,6 +136,17 @@ TEST(UnsqueezeTest, InsertsSizeOneDim) {
   EXPECT_EQ(ShapeOf(unsqueeze(Tensor::Scalar(1, DType::kFloat64), 0)), S({1}));
   EXPECT_TRUE(SharesStorage(x, unsqueeze(x, 0)));
   ExpectInvalid([&] { unsqueeze(x, 3); }, {"unsqueeze", "dim = 3", "[-3, 2]"});
+}
+
+// A tensor with no elements may have a dim whose span passes int64 (found by the fuzzer, as
+// conv2d's unsqueeze of an unbatched input): the new dim's stride must not overflow (UBSan).
+TEST(UnsqueezeTest, ATensorWithNoElementsAndAHugeDim) {
+  const Tensor empty = Tensor::Empty({INT64_MAX, 4, 0}, DType::kFloat32);
+  for (int64_t dim : {0, 1, 3}) {
+    const Tensor out = unsqueeze(empty, dim);
+    EXPECT_EQ(out.dim(), 4);
+    EXPECT_EQ(out.numel(), 0);
+  }
 }
 
 // --- cat, stack ---
