@@ -45,6 +45,9 @@ absl::StatusOr<int64_t> CheckedNumel(absl::Span<const int64_t> shape) {
 }
 
 int64_t Numel(absl::Span<const int64_t> shape) {
+  // A shape with a zero has no elements, however large its other sizes: their product may pass
+  // int64 ([1, 2^63 - 1, 4, 0], a view of a tensor CheckedNumel accepted), so it is not made.
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   int64_t n = 1;
   for (int64_t size : shape) n *= size;
   return n;

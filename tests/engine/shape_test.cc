@@ -34,6 +34,10 @@ TEST(ShapeTest, EmptyShapesWhoseStridesOverflowAreRefused) {
     EXPECT_EQ(t.numel(), 0);
     EXPECT_EQ(t.strides().back(), 1);
   }
+  // The long fuzz run's find: such a shape with a 1 put in front (conv2d's unsqueeze of an
+  // unbatched input) has a product of its non-zero sizes past int64; Numel must not make it.
+  EXPECT_EQ(Numel(Shape{1, kMax, 4, 0}), 0);
+  EXPECT_EQ(Numel(Shape{kMax, 4, 0}), 0);
   // Without a zero, the element count overflows first and says so.
   absl::StatusOr<int64_t> numel = CheckedNumel({2, kMax, kMax});
   ASSERT_FALSE(numel.ok());
