@@ -19,6 +19,7 @@
 #include "engine/ops/op_registry.h"
 #include "engine/ops/record.h"
 #include "engine/util/quote.h"
+#include "engine/util/wrapping.h"
 
 namespace gradserve::ops {
 namespace {
@@ -954,9 +955,9 @@ TensorList ClampFormula(const ElementwiseBackward& n, const Tensor& g) {
 }
 
 // The forward functors of the unary ops, one per op.
-GS_UNARY_FUNCTOR(Negate, -v);
+GS_UNARY_FUNCTOR(Negate, WrapNeg(v));  // Note [Integer tensors wrap around]
 GS_UNARY_FUNCTOR(SignOf, static_cast<T>((v > T(0)) - (v < T(0))));
-GS_UNARY_FUNCTOR(AbsOf, v < 0 ? -v : v);
+GS_UNARY_FUNCTOR(AbsOf, v < 0 ? WrapNeg(v) : v);
 GS_UNARY_FUNCTOR(ExpOf, std::exp(v));
 GS_UNARY_FUNCTOR(LogOf, std::log(v));
 GS_UNARY_FUNCTOR(SqrtOf, std::sqrt(v));

@@ -18,6 +18,7 @@
 #include "engine/ops/op_registry.h"
 #include "engine/ops/record.h"
 #include "engine/util/cancellation.h"
+#include "engine/util/wrapping.h"
 
 namespace gradserve::ops {
 namespace {
@@ -114,7 +115,10 @@ void MatmulInt64Cpu(const Tensor& a, const Tensor& b, bool ta, bool tb, const Te
               const int64_t end = std::min(n, begin + columns);
               for (int64_t j = begin; j < end; ++j) {
                 T acc = 0;
-                for (int64_t p = 0; p < k; ++p) acc += x[i * ai + p * ap] * y[p * bp + j * bj];
+                // Note [Integer tensors wrap around]: int64 sums modulo 2^64, as PyTorch's.
+                for (int64_t p = 0; p < k; ++p) {
+                  acc = WrapMulAdd(acc, x[i * ai + p * ap], y[p * bp + j * bj]);
+                }
                 z[i * n + j] = acc;
               }
               meter.Add((end - begin) * k);

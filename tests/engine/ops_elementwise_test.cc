@@ -205,6 +205,11 @@ TEST(UnaryOpTest, IntegersAndBools) {
   Tensor i = Tensor::FromVector<int64_t>({-2, 0, 3}, {3});
   EXPECT_EQ(neg(i).dtype(), DType::kInt64);
   ExpectNear(neg(i), {2, 0, -3});
+  // Note [Integer tensors wrap around]: -(-2^63) and |-2^63| are -2^63, as PyTorch's, with no
+  // undefined behaviour (the request fuzzer's find, under UBSan).
+  const Tensor min = Tensor::FromVector<int64_t>({INT64_MIN}, {1});
+  EXPECT_EQ(neg(min).data<int64_t>()[0], INT64_MIN);
+  EXPECT_EQ(abs(min).data<int64_t>()[0], INT64_MIN);
   EXPECT_EQ(abs(i).dtype(), DType::kInt64);
   EXPECT_EQ(relu(i).dtype(), DType::kInt64);
   ExpectNear(relu(i), {0, 0, 3});

@@ -171,6 +171,17 @@ TEST(MatmulTest, Int64) {
              {14, 32});
 }
 
+// Note [Integer tensors wrap around]: sums past int64 wrap as PyTorch's do ((2^63 - 1)^2 is 1
+// modulo 2^64), with no undefined behaviour (the request fuzzer's find, under UBSan).
+TEST(MatmulTest, Int64SumsWrapAround) {
+  const int64_t max = INT64_MAX;
+  Tensor a = Tensor::FromVector<int64_t>({max, max}, {1, 2});
+  Tensor b = Tensor::FromVector<int64_t>({max, 1}, {2, 1});
+  EXPECT_EQ(matmul(a, b).data<int64_t>()[0], static_cast<int64_t>(uint64_t{1} + uint64_t(max)));
+  EXPECT_EQ(
+      matmul(a.AsStrided({1, 1}, {1, 1}, 0), a.AsStrided({1, 1}, {1, 1}, 0)).data<int64_t>()[0], 1);
+}
+
 TEST(MatmulTest, InvalidArguments) {
   Tensor a = RandomInput({2, 3}, 1);
   ExpectInvalid(
