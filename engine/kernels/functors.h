@@ -4,7 +4,10 @@
 #ifndef GRADSERVE_ENGINE_KERNELS_FUNCTORS_H_
 #define GRADSERVE_ENGINE_KERNELS_FUNCTORS_H_
 
+#include <type_traits>
+
 #include "engine/util/host_device.h"
+#include "engine/util/wrapping.h"
 
 namespace gradserve::ops {
 
@@ -23,7 +26,7 @@ template <typename Acc>
 struct SumInto {
   template <typename V>
   GS_HOST_DEVICE Acc operator()(Acc acc, V v) const {
-    return acc + static_cast<Acc>(v);
+    return WrapAdd(acc, static_cast<Acc>(v));  // Note [Integer tensors wrap around]
   }
 };
 
@@ -32,7 +35,11 @@ template <typename To>
 struct CastTo {
   template <typename V>
   GS_HOST_DEVICE To operator()(V v) const {
-    return static_cast<To>(v);
+    if constexpr (kWrapsAround<To> && std::is_floating_point_v<V>) {
+      return TruncateToInteger<To>(v);  // Note [Integer tensors wrap around]
+    } else {
+      return static_cast<To>(v);
+    }
   }
 };
 

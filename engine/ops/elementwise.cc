@@ -211,9 +211,13 @@ Tensor WithFloatScalar(const char* op, const Tensor& input) {
   return AsFloating(input);
 }
 
+// An integer alpha converts exactly, modulo 2**64 (Note [Integer tensors wrap around]); sub
+// negates its alpha first, so the range is int64's widened by one at the top.
 void CheckIntegralAlpha(const char* op, DType dtype, double alpha) {
-  GS_CHECK_ARG(IsFloating(dtype) || alpha == std::trunc(alpha), op,
+  if (IsFloating(dtype)) return;
+  GS_CHECK_ARG(alpha == std::trunc(alpha), op,
                ": alpha must be an integer for integer inputs, got ", alpha);
+  GS_CHECK_ARG(std::abs(alpha) <= 0x1p63, op, ": alpha must be within int64's range, got ", alpha);
 }
 
 // --- Formulas shared by several ops ---
@@ -252,7 +256,7 @@ namespace {
 struct Plus {
   template <typename T>
   GS_HOST_DEVICE T operator()(T a, T b) const {
-    return a + b;
+    return WrapAdd(a, b);
   }
 };
 
@@ -261,7 +265,7 @@ struct PlusScaled {
   double alpha;
   template <typename T>
   GS_HOST_DEVICE T operator()(T a, T b) const {
-    return a + static_cast<T>(alpha) * b;
+    return WrapMulAdd(a, WrapFromDouble<T>(alpha), b);
   }
 };
 
@@ -348,7 +352,7 @@ namespace {
 struct Times {
   template <typename T>
   GS_HOST_DEVICE T operator()(T a, T b) const {
-    return a * b;
+    return WrapMul(a, b);
   }
 };
 
@@ -1106,8 +1110,14 @@ Tensor ClampImpl(const char* op, const Tensor& input, std::optional<double> min,
   const double lo = min.value_or(-kInf);
   const double hi = max.value_or(kInf);
   if (input.dtype() == DType::kInt64 && integral_bounds) {
-    const int64_t ilo = min ? static_cast<int64_t>(*min) : std::numeric_limits<int64_t>::min();
-    const int64_t ihi = max ? static_cast<int64_t>(*max) : std::numeric_limits<int64_t>::max();
+    // Bounds past int64's range bound nothing (Note [Integer tensors wrap around]).
+    const auto bound = [](double v) {
+      constexpr double kLimit = 0x1p63;
+      if (v < -kLimit) return std::numeric_limits<int64_t>::min();
+      return v < kLimit ? static_cast<int64_t>(v) : std::numeric_limits<int64_t>::max();
+    };
+    const int64_t ilo = bound(min.value_or(-kInf));
+    const int64_t ihi = bound(max.value_or(kInf));
     return MapSameDTypeInto<false>(into, op, input.shape(), ClampInt{ilo, ihi}, input);
   }
   std::shared_ptr<ElementwiseBackward> node;
@@ -1429,11 +1439,12 @@ TensorList RunWithOperand(const char* op, const std::string& arg, const TensorLi
   }
   GS_CHECK_ARG(attrs.has(arg), op, ": ", arg,
                " is missing: give it as an input tensor or as a scalar attribute");
-  const double value = attrs.GetFloat(arg);
   if (IsIntAttr(attrs, arg) && inputs[0].defined() && !IsFloating(inputs[0].dtype())) {
-    return {with_tensor(Tensor::Scalar(value, DType::kInt64, inputs[0].device()))};
+    // Exact: a double holds integers only up to 2**53.
+    return {
+        with_tensor(Tensor::FromVector<int64_t>({attrs.GetInt(arg)}, {}).To(inputs[0].device()))};
   }
-  return {with_scalar(value)};
+  return {with_scalar(attrs.GetFloat(arg))};
 }
 
 const std::vector<DType> kFloatingDTypes = {DType::kFloat32, DType::kFloat64};

@@ -12,6 +12,7 @@
 #include "engine/ops/shape.h"
 #include "engine/ops/shape_common.h"
 #include "engine/util/cancellation.h"
+#include "engine/util/wrapping.h"
 
 namespace gradserve::ops {
 namespace {
@@ -41,7 +42,7 @@ void CumsumKernel(const T* in, Out* out, int64_t outer, int64_t size, int64_t in
           const int64_t base = (row / inner) * size * inner + row % inner;
           Acc total = 0;
           for (int64_t k = 0; k < size; ++k) {
-            total += static_cast<Acc>(in[base + k * inner]);
+            total = WrapAdd(total, static_cast<Acc>(in[base + k * inner]));
             out[base + k * inner] = static_cast<Out>(total);
           }
         }
@@ -131,13 +132,15 @@ Tensor slice(const Tensor& input, int64_t dim, std::optional<int64_t> start,
   };
   const int64_t begin = clamp_bound(start.value_or(0));
   const int64_t stop = std::max(begin, clamp_bound(end.value_or(size)));
-  const int64_t length = (stop - begin + step - 1) / step;
+  // Rounded up, without stop - begin + step - 1, which overflows for a huge step.
+  const int64_t length = stop == begin ? 0 : 1 + (stop - begin - 1) / step;
   if (step == 1) return narrow(input, dim, begin, length);
   Shape shape = input.shape();
   shape[dim] = length;
   Strides strides = input.strides();
   const int64_t offset = input.storage_offset() + begin * strides[dim];
-  strides[dim] *= step;
+  // With two or more elements, step < size, so the product is within the storage's reach.
+  if (length > 1) strides[dim] *= step;
   Tensor out = input.AsStrided(shape, strides, offset);
   RecordFormula(out, {input}, "SliceBackward0",
                 [in_shape = Shape(input.shape()), dim, begin, step, length](

@@ -107,7 +107,8 @@ Tensor var(const Tensor& input, absl::Span<const int64_t> dim, int64_t correctio
   RequireFloating("var", "input", input);
   const int64_t n = ReducedCount("var", input, dim);
   const Tensor centered = sub(input, mean(input, dim, /*keepdim=*/true));
-  const double divisor = static_cast<double>(std::max<int64_t>(0, n - correction));
+  // In double: n - correction overflows int64 for a correction near its minimum.
+  const double divisor = std::max(0.0, static_cast<double>(n) - static_cast<double>(correction));
   return div(sum(mul(centered, centered), dim, keepdim), divisor);
 }
 
