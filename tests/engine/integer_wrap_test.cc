@@ -32,12 +32,15 @@ std::vector<int64_t> ValuesOf(const Tensor& t) {
   return std::vector<int64_t>(c.data<int64_t>(), c.data<int64_t>() + c.numel());
 }
 
-// Runs op with `inputs` and `attrs`; a refusal must be INVALID_ARGUMENT, or RESOURCE_EXHAUSTED
-// from the sweep's budget. Returns whether it ran.
+// Runs op on fresh copies of `inputs` (an in-place op writes its first) with `attrs`; a refusal
+// must be INVALID_ARGUMENT, or RESOURCE_EXHAUSTED from the sweep's budget. Returns whether it
+// ran.
 bool RunOrRefuse(const OpSchema& op, const TensorList& inputs, const Attrs& attrs,
                  const std::string& what) {
+  TensorList copies;
+  for (const Tensor& t : inputs) copies.push_back(t.Clone());
   try {
-    op.run(inputs, attrs);
+    op.run(copies, attrs);
     return true;
   } catch (const StatusError& e) {
     EXPECT_TRUE(e.status().code() == absl::StatusCode::kInvalidArgument ||
@@ -146,6 +149,8 @@ TEST(IntegerWrapTest, EveryOpTakingFloat64ComputesOrRefusesAtTheExtremes) {
   const int computed = SweepAtTheExtremes(Float64Extremes(), Float64Extremes());
   std::cout << computed << " runs computed\n";
   EXPECT_GT(computed, 100);
+  const Tensor f32 = Float64Extremes().To(DType::kFloat32);
+  EXPECT_GT(SweepAtTheExtremes(f32, f32), 100);
 }
 
 // Float data with int64 indices, targets and exponents (embedding, nll_loss, gather, pow, ...),
