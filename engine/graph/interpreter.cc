@@ -379,6 +379,9 @@ class Interpreter {
     // Within the budget of the caller's thread, if any (Note [Budgets within a budget]).
     recorded->budget_ = MemoryBudget::Make(limits.max_memory_bytes, CurrentMemoryBudget(),
                                            "request memory limit", limits.max_tensor_elements);
+    // Set before any op runs: an op that fails after an in-place write leaves its cycles in
+    // values_ too, and the destructor must break them (Note [Cycles through in-place writes]).
+    recorded->writes_in_place_ = recorded->slots_->writes_in_place;
     absl::Status status = CatchAll([&]() -> absl::Status {
       MemoryBudgetScope budget_scope(recorded->budget_);
       CancellationScope cancel_scope(cancel.get());  // Note [Stopping a running op]
@@ -406,7 +409,6 @@ class Interpreter {
       return absl::OkStatus();
     });
     if (!status.ok()) return status;
-    recorded->writes_in_place_ = recorded->slots_->writes_in_place;
     return recorded;
   }
 
@@ -573,7 +575,9 @@ absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(
 // charged to the request, alive after the request (in PyTorch the same cycle waits for the
 // garbage collector). The saved tensor can never be unpacked again (its version moved), so a
 // graph that wrote in place frees every saved tensor of its Nodes when it goes, which breaks
-// any such cycle; graphs without in-place ops skip the walk.
+// any such cycle; graphs without in-place ops skip the walk. A recording that fails partway
+// goes the same way (the request fuzzer found such a cycle left by a GRU step whose last op
+// was refused).
 RecordedGraph::~RecordedGraph() {
   if (!writes_in_place_) return;
   std::vector<std::shared_ptr<autograd::Node>> nodes;

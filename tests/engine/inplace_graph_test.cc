@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/autograd/node.h"
 #include "engine/graph/interpreter.h"
+#include "engine/tensor/memory_budget.h"
 #include "gtest/gtest.h"
 #include "tests/engine/graph_test_util.h"
 
@@ -318,6 +319,23 @@ TEST(InPlaceGraphTest, ACycleThroughAnInPlaceWriteIsFreed) {
     EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
   }
   EXPECT_EQ(budget->used(), 0);
+}
+
+// The same cycle, then an op that is refused: the recording fails, and its memory still all
+// comes back (the request fuzzer's find, docs/fuzzing.md).
+TEST(InPlaceGraphTest, ACycleLeftByARecordingThatFailsIsFreed) {
+  GraphBuilder b;
+  b.Leaf("x", F64({1, 2}), true).Leaf("y", F64({1, 2, 3}));
+  b.Op("mul", {"x"}, {"s"}, Scalar("other", 1));
+  b.Op("mul", {"s", "s"}, {"p"}).Op("add_", {"s", "p"}, {}).Op("mul_", {"s", "y"}, {});
+  auto outer = MemoryBudget::Make();
+  {
+    MemoryBudgetScope scope(outer);
+    auto status = RecordedGraph::Record(b.Build(), {});
+    ASSERT_FALSE(status.ok());
+    EXPECT_EQ(status.status().code(), absl::StatusCode::kInvalidArgument) << status.status();
+  }
+  EXPECT_EQ(outer->used(), 0);
 }
 
 TEST(InPlaceGraphTest, OutputCountIsChecked) {
