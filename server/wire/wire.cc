@@ -110,23 +110,24 @@ absl::Status CheckStrings(const google::protobuf::RepeatedPtrField<std::string>&
 }
 
 // Note [Attributes in a deterministic order]
-// An op's attributes are a protobuf map, whose iteration order changes from one parse to the
-// next. Checking them in that order would make a request with two bad attributes name either
-// one, so the same bytes could get two different errors. Each check runs in map order, which
-// costs a good request nothing, and on an error runs again in the order of the attributes'
-// names, whose first error is the one returned.
-absl::Status CheckAttrs(
-    const google::protobuf::Map<std::string, v1::AttrValue>& attrs,
-    absl::FunctionRef<absl::Status(const std::string&, const v1::AttrValue&)> check) {
-  for (const auto& attr : attrs) {
-    if (absl::Status s = check(attr.first, attr.second); !s.ok()) {
-      std::vector<const std::string*> names;
-      names.reserve(attrs.size());
-      for (const auto& a : attrs) names.push_back(&a.first);
-      std::sort(names.begin(), names.end(),
+// An op's attributes, a call's seeds and its gradient destinations are protobuf maps, whose
+// iteration order changes from one parse to the next. Checking them in that order would make a
+// request with two bad entries name either one, so the same bytes could get two different
+// errors (the request fuzzer found it for attributes, then for seeds). Each check runs in map
+// order, which costs a good request nothing, and on an error runs again in the order of the
+// keys, whose first error is the one returned.
+template <typename V>
+absl::Status CheckInKeyOrder(const google::protobuf::Map<std::string, V>& map,
+                             absl::FunctionRef<absl::Status(const std::string&, const V&)> check) {
+  for (const auto& entry : map) {
+    if (absl::Status s = check(entry.first, entry.second); !s.ok()) {
+      std::vector<const std::string*> keys;
+      keys.reserve(map.size());
+      for (const auto& e : map) keys.push_back(&e.first);
+      std::sort(keys.begin(), keys.end(),
                 [](const std::string* a, const std::string* b) { return *a < *b; });
-      for (const std::string* name : names) {
-        if (absl::Status first = check(*name, attrs.at(*name)); !first.ok()) return first;
+      for (const std::string* key : keys) {
+        if (absl::Status first = check(*key, map.at(*key)); !first.ok()) return first;
       }
       return s;
     }
@@ -154,7 +155,8 @@ absl::Status CheckOpStrings(const v1::Op& op, int index, const graph::Limits& li
       !s.ok()) {
     return s;
   }
-  return CheckAttrs(op.attrs(), [&](const std::string& name, const v1::AttrValue& value) {
+  return CheckInKeyOrder<v1::AttrValue>(op.attrs(), [&](const std::string& name,
+                                                        const v1::AttrValue& value) {
     if (absl::Status s = CheckString(name, limits,
                                      [&] { return absl::StrCat(described(), ": attribute name"); });
         !s.ok()) {
@@ -469,14 +471,10 @@ absl::Status CheckCallStrings(const v1::BackwardCall& call, int index,
       !s.ok()) {
     return s;
   }
-  for (const auto& [root, seed] : call.seeds()) {
-    if (absl::Status s = CheckString(
-            root, limits, [&] { return absl::StrCat("call #", index, ": the seed's root name"); });
-        !s.ok()) {
-      return s;
-    }
-  }
-  return absl::OkStatus();
+  return CheckInKeyOrder<v1::Tensor>(call.seeds(), [&](const std::string& root, const v1::Tensor&) {
+    return CheckString(root, limits,
+                       [&] { return absl::StrCat("call #", index, ": the seed's root name"); });
+  });
 }
 
 absl::StatusOr<ops::AttrValue> FromProto(const v1::AttrValue& v,
@@ -537,7 +535,7 @@ absl::StatusOr<graph::Graph> BuildGraph(const v1::Graph& g, const graph::Limits&
     dst.outputs.assign(op.outputs().begin(), op.outputs().end());
     dst.no_grad = op.no_grad();
     // Note [Attributes in a deterministic order]
-    if (absl::Status s = CheckAttrs(
+    if (absl::Status s = CheckInKeyOrder<v1::AttrValue>(
             op.attrs(),
             [&](const std::string& name, const v1::AttrValue& value) -> absl::Status {
               absl::StatusOr<ops::AttrValue> attr = FromProto(value, [&] {
@@ -639,26 +637,29 @@ absl::StatusOr<Destinations> FindDestinations(const v1::BackwardCall& call, int 
                                               const TensorSources& sources) {
   Destinations out;
   const absl::flat_hash_set<std::string> inputs(call.inputs().begin(), call.inputs().end());
-  for (const auto& entry : call.gradient_destinations()) {
-    const std::string& input = entry.first;  // captured below: no structured binding (clang 14)
-    const v1::SharedMemoryRange& range = entry.second;
-    auto what = [&] {
-      return absl::StrCat("call #", index, ": gradient destination for ", Quote(input));
-    };
-    if (absl::Status s = CheckString(input, limits, what); !s.ok()) return s;
-    if (!inputs.empty() && !inputs.contains(input)) {
-      return absl::InvalidArgumentError(absl::StrCat(what(), ": not one of the call's inputs"));
-    }
-    absl::StatusOr<const SharedMemoryRegion*> region =
-        FindRange(range, range.byte_size(), limits, sources, what, "region");
-    if (!region.ok()) return region.status();
-    if (!(*region)->writable()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what(), ": shared-memory region ", Quote(range.region()),
-          " was registered read-only; register it with writable set to write gradients there"));
-    }
-    out.emplace(input, GradientDestination{*region, range.offset(), range.byte_size()});
-  }
+  absl::Status status = CheckInKeyOrder<v1::SharedMemoryRange>(
+      call.gradient_destinations(),
+      [&](const std::string& input, const v1::SharedMemoryRange& range) -> absl::Status {
+        auto what = [&] {
+          return absl::StrCat("call #", index, ": gradient destination for ", Quote(input));
+        };
+        if (absl::Status s = CheckString(input, limits, what); !s.ok()) return s;
+        if (!inputs.empty() && !inputs.contains(input)) {
+          return absl::InvalidArgumentError(absl::StrCat(what(), ": not one of the call's inputs"));
+        }
+        absl::StatusOr<const SharedMemoryRegion*> region =
+            FindRange(range, range.byte_size(), limits, sources, what, "region");
+        if (!region.ok()) return region.status();
+        if (!(*region)->writable()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              what(), ": shared-memory region ", Quote(range.region()),
+              " was registered read-only; register it with writable set to write gradients "
+              "there"));
+        }
+        out.emplace(input, GradientDestination{*region, range.offset(), range.byte_size()});
+        return absl::OkStatus();
+      });
+  if (!status.ok()) return status;
   return out;
 }
 
@@ -766,16 +767,20 @@ absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const gr
     const v1::BackwardCall& call = request.calls(c);
     if (absl::Status s = CheckCallStrings(call, c, limits); !s.ok()) return s;
     absl::flat_hash_set<std::string> roots(call.roots().begin(), call.roots().end());
-    for (const auto& entry : call.seeds()) {
-      const std::string& root = entry.first;  // captured below: no structured binding (clang 14)
-      const v1::Tensor& seed = entry.second;
-      if (!roots.contains(root)) {
-        return absl::InvalidArgumentError(absl::StrCat("call #", c, ": seed given for ",
-                                                       Quote(root),
-                                                       ", which is not one of the call's roots"));
-      }
-      if (absl::Status s = census.CountTensor(seed, [&] { return DescribeSeed(c, root); }); !s.ok())
-        return s;
+    // The census counts a seed again when an error makes CheckInKeyOrder check them twice; the
+    // request is refused then anyway.
+    if (absl::Status s = CheckInKeyOrder<v1::Tensor>(
+            call.seeds(),
+            [&](const std::string& root, const v1::Tensor& seed) -> absl::Status {
+              if (!roots.contains(root)) {
+                return absl::InvalidArgumentError(
+                    absl::StrCat("call #", c, ": seed given for ", Quote(root),
+                                 ", which is not one of the call's roots"));
+              }
+              return census.CountTensor(seed, [&] { return DescribeSeed(c, root); });
+            });
+        !s.ok()) {
+      return s;
     }
     if (!call.gradient_destinations().empty()) {
       absl::StatusOr<Destinations> found = FindDestinations(call, c, limits, sources);
