@@ -128,6 +128,34 @@ class NumericsTest(unittest.TestCase):
         ]
         self.elementwise_cases(cases, DTYPES)
 
+    def test_int64_wraps_around_as_pytorch(self):
+        """Note [Integer tensors wrap around]: int64 arithmetic at the edges of its range, an int
+        scalar past 2**53, and float-to-int64 casts of NaN and huge values, against PyTorch."""
+        import torch
+        from gradserve import GraphBuilder
+        big = np.array([2**63 - 1, -2**63, 5, -7], np.int64)
+        floats = np.array([1e300, np.nan, -1e300, 3.7, -3.7, -np.inf], np.float64)
+        x, f = torch.from_numpy(big), torch.from_numpy(floats)
+        expected = {
+            "add": x + 1, "sub": x - 3, "mul": x * 3, "alpha": torch.add(x, x, alpha=2),
+            "sum": x.sum(), "cumsum": x.cumsum(0), "neg": -x, "abs": x.abs(),
+            "scalar": x + (2**63 - 1), "square": x * x, "cast": f.to(torch.int64),
+        }
+        b = (GraphBuilder().leaf("x", big).leaf("f", floats)
+             .leaf("one", np.ones(4, np.int64)).leaf("three", np.full(4, 3, np.int64))
+             .op("add", ["x", "one"], out="add").op("sub", ["x", "three"], out="sub")
+             .op("mul", ["x", "three"], out="mul").op("add", ["x", "x"], out="alpha", alpha=2)
+             .op("sum", ["x"], out="sum").op("cumsum", ["x"], out="cumsum", dim=0)
+             .op("neg", ["x"], out="neg").op("abs", ["x"], out="abs")
+             .op("add", ["x"], out="scalar", other=2**63 - 1).op("mul", ["x", "x"], out="square")
+             .op("to", ["f"], out="cast", dtype="int64"))
+        result = self.client.grad(b, return_values=list(expected))
+        for name, want in expected.items():
+            with self.subTest(value=name):
+                got = result.values[name]
+                self.assertEqual(got.dtype, np.int64)
+                np.testing.assert_array_equal(got, want.numpy())
+
     @unittest.expectedFailure
     def test_gelu_tanh_double_backward_in_its_tails(self):
         """Not done: where tanh(u) nears +-1 (|x| > 2 in float32), PyTorch's
