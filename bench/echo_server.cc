@@ -8,11 +8,17 @@
 // own work, to see what a given server time per call does to latency and rate beside a bare
 // call (docs/benchmarks.md, "How much server work the targets allow").
 //
+// --work_bytes makes each call also write and then read a fresh buffer of that many bytes, a
+// stand-in for the memory a handler's work touches (what the busy-wait does not do to the
+// caches: docs/benchmarks.md, "TLS and tokens against plaintext").
+//
 // --tls_cert and --tls_key (PEM files) serve over TLS instead of plaintext: the bare gRPC TLS
 // reference of bench/run's TLS rows (Note [The TLS reference]).
 //
-// Usage: echo_server [--listen=127.0.0.1:0] [--work_us=0] [--tls_cert=PEM --tls_key=PEM]
+// Usage: echo_server [--listen=127.0.0.1:0] [--work_us=0] [--work_bytes=0]
+//                    [--tls_cert=PEM --tls_key=PEM]
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -20,6 +26,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
@@ -36,6 +43,9 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:0", "host:port to serve on; port 0 pic
 ABSL_FLAG(int, work_us, 0,
           "microseconds each call busy-waits before answering, a stand-in for a handler's work "
           "(0: none, the bare baseline)");
+ABSL_FLAG(int, work_bytes, 0,
+          "bytes of a fresh buffer each call writes and reads, a stand-in for the memory a "
+          "handler's work touches (0: none)");
 
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain: serve over TLS with it and --tls_key (empty: plaintext)");
@@ -66,7 +76,7 @@ bool ReadFile(const std::string& path, std::string* text) {
 // Thread safety: immutable after construction; gRPC runs Echo on its callback threads at once.
 class EchoService final : public Echo::CallbackService {
  public:
-  explicit EchoService(absl::Duration work) : work_(work) {}
+  EchoService(absl::Duration work, int work_bytes) : work_(work), work_bytes_(work_bytes) {}
 
  private:
   grpc::ServerUnaryReactor* Echo(grpc::CallbackServerContext* context, const EchoMessage* request,
@@ -77,6 +87,13 @@ class EchoService final : public Echo::CallbackService {
       while (absl::Now() < end) {
       }
     }
+    if (work_bytes_ > 0) {
+      std::vector<unsigned char> buffer(static_cast<size_t>(work_bytes_));
+      for (size_t i = 0; i < buffer.size(); i += 64) buffer[i] = static_cast<unsigned char>(i);
+      unsigned sum = 0;
+      for (size_t i = 0; i < buffer.size(); i += 64) sum += buffer[i];
+      benchmark_sink_.store(sum, std::memory_order_relaxed);  // so the loops are not elided
+    }
     response->set_payload(request->payload());
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
@@ -84,6 +101,8 @@ class EchoService final : public Echo::CallbackService {
   }
 
   const absl::Duration work_;
+  const int work_bytes_;
+  std::atomic<unsigned> benchmark_sink_{0};
 };
 
 int Main() {
@@ -96,8 +115,10 @@ int Main() {
 
   const std::string listen = absl::GetFlag(FLAGS_listen);
   const int work_us = absl::GetFlag(FLAGS_work_us);
-  if (work_us < 0) {
-    std::fprintf(stderr, "echo_server: --work_us must be 0 or more, not %d\n", work_us);
+  const int work_bytes = absl::GetFlag(FLAGS_work_bytes);
+  if (work_us < 0 || work_bytes < 0) {
+    std::fprintf(stderr, "echo_server: --work_us and --work_bytes must be 0 or more, not %d, %d\n",
+                 work_us, work_bytes);
     return 2;  // a usage error, as a bad flag is
   }
   const std::string tls_cert = absl::GetFlag(FLAGS_tls_cert);
@@ -117,7 +138,7 @@ int Main() {
     ssl.pem_key_cert_pairs.push_back(std::move(pair));
     credentials = grpc::SslServerCredentials(ssl);
   }
-  EchoService service(absl::Microseconds(work_us));
+  EchoService service(absl::Microseconds(work_us), work_bytes);
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, credentials, &port);
@@ -147,7 +168,7 @@ int main(int argc, char** argv) {
   gradserve::StartProcess();
   absl::SetProgramUsageMessage(
       "the bare gRPC echo baseline of bench/run.\nUsage: echo_server "
-      "[--listen=127.0.0.1:0] [--work_us=0] [--tls_cert=PEM --tls_key=PEM]");
+      "[--listen=127.0.0.1:0] [--work_us=0] [--work_bytes=0] [--tls_cert=PEM --tls_key=PEM]");
   // Note [Flag spelling], Note [Flags checked first]
   if (!gradserve::ParseFlags(argc, argv, "echo_server").has_value()) return 2;
   return gradserve::bench::Main();
