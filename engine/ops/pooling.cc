@@ -40,16 +40,28 @@ std::array<int64_t, 2> PooledSize(const char* op, const Tensor& x, const Pool2dO
         o.dilation[i]);
     GS_CHECK_ARG(o.padding[i] <= o.kernel_size[i] / 2, op, ": padding = ", o.padding[i],
                  " should be at most half of kernel_size = ", o.kernel_size[i]);
+    // The sizes come from the client: every product and sum is checked (an empty input may
+    // have any size in a dim, and a window any size), as conv2d's OutputSize does.
     const int64_t size = x.size(2 + i);
-    const int64_t span = o.dilation[i] * (o.kernel_size[i] - 1) + 1;
-    const int64_t room = size + 2 * o.padding[i] - span;
+    int64_t span = 0, padded = 0;
+    GS_CHECK_ARG(!__builtin_mul_overflow(o.dilation[i], o.kernel_size[i] - 1, &span) &&
+                     !__builtin_add_overflow(span, 1, &span) &&
+                     !__builtin_add_overflow(size, 2 * o.padding[i], &padded),
+                 op, ": kernel_size ", o.kernel_size[i], " with dilation ", o.dilation[i],
+                 " or padding ", o.padding[i], " does not fit in int64");
+    const int64_t room = padded - span;
     GS_CHECK_ARG(room >= 0, op, ": the window (", span, " with dilation) is larger than the ",
                  i == 0 ? "height" : "width", " ", size, " plus padding of input with shape ",
                  ShapeToString(x.shape()));
-    out[i] = (o.ceil_mode ? (room + o.stride[i] - 1) / o.stride[i] : room / o.stride[i]) + 1;
+    const int64_t stride = o.stride[i];
+    out[i] = room / stride + (o.ceil_mode && room % stride != 0 ? 1 : 0) + 1;
     // PyTorch's rule: with ceil_mode the last window must start inside the input or its
-    // leading padding.
-    if (o.ceil_mode && (out[i] - 1) * o.stride[i] >= size + o.padding[i]) --out[i];
+    // leading padding (a start past int64 is past both).
+    int64_t last_start = 0;
+    if (o.ceil_mode && (__builtin_mul_overflow(out[i] - 1, stride, &last_start) ||
+                        last_start >= size + o.padding[i])) {
+      --out[i];
+    }
   }
   return out;
 }

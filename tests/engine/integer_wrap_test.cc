@@ -16,6 +16,7 @@
 #include "engine/ops/indexing.h"
 #include "engine/ops/op_registry.h"
 #include "engine/ops/reductions.h"
+#include "engine/ops/shape.h"
 #include "engine/tensor/memory_budget.h"
 #include "tests/engine/op_test_util.h"
 
@@ -107,16 +108,29 @@ int SweepAtTheExtremes(const Tensor& first, const Tensor& rest) {
         if (a.required) base.set(a.name, Ordinary(a));
       }
       computed += RunOrRefuse(op, inputs, base, "ordinary attributes");
-      for (const AttrSpec& a : op.attrs) {
-        for (const AttrValue& s : scalars) {
-          const AttrType type = TypeOf(s);
-          const bool fits =
-              type == a.type || (a.type == AttrType::kFloat && type == AttrType::kInt);
-          if (!fits) continue;
-          Attrs attrs = base;
-          attrs.set(a.name, s);
-          computed += RunOrRefuse(op, inputs, attrs, a.name);
+      auto fits = [](const AttrSpec& a, const AttrValue& s) {
+        const AttrType type = TypeOf(s);
+        return type == a.type || (a.type == AttrType::kFloat && type == AttrType::kInt);
+      };
+      // Each attribute alone at each extreme; then, since a window's size times its dilation
+      // overflows only when both are large, every attribute that takes it at once, and every
+      // int list at 2 but one at the extreme.
+      for (const AttrValue& s : scalars) {
+        Attrs all = base;
+        for (const AttrSpec& a : op.attrs) {
+          if (!fits(a, s)) continue;
+          Attrs one = base;
+          one.set(a.name, s);
+          computed += RunOrRefuse(op, inputs, one, a.name);
+          all.set(a.name, s);
+          Attrs pairs = base;
+          for (const AttrSpec& b : op.attrs) {
+            if (b.type == AttrType::kInts) pairs.set(b.name, std::vector<int64_t>{2, 2});
+          }
+          pairs.set(a.name, s);
+          computed += RunOrRefuse(op, inputs, pairs, a.name + " with the lists at 2");
         }
+        computed += RunOrRefuse(op, inputs, all, "every attribute at once");
       }
     }
   }
@@ -151,6 +165,23 @@ TEST(IntegerWrapTest, EveryOpTakingFloat64ComputesOrRefusesAtTheExtremes) {
   EXPECT_GT(computed, 100);
   const Tensor f32 = Float64Extremes().To(DType::kFloat32);
   EXPECT_GT(SweepAtTheExtremes(f32, f32), 100);
+}
+
+// The same in the ranks that images and sequences take (pooling, conv2d, ...), and with an empty
+// tensor whose other dims are huge (it holds no element, so it is accepted): sizes from the
+// client that the ops' shape arithmetic multiplies and adds.
+TEST(IntegerWrapTest, EveryOpComputesOrRefusesInOtherRanksAndEmpty) {
+  for (const Tensor* values : {&Float64Extremes(), &Int64Extremes()}) {
+    for (const std::vector<int64_t>& shape :
+         {std::vector<int64_t>{1, 1, 2, 2}, std::vector<int64_t>{1, 2, 2},
+          std::vector<int64_t>{4}}) {
+      const Tensor t = reshape(*values, shape).contiguous();
+      EXPECT_GT(SweepAtTheExtremes(t, t), 50);
+    }
+    const Tensor empty = Tensor::Empty({0, 1, int64_t{1} << 40, 4}, values->dtype());
+    SweepAtTheExtremes(empty, empty);
+    SweepAtTheExtremes(empty, *values);
+  }
 }
 
 // Float data with int64 indices, targets and exponents (embedding, nll_loss, gather, pow, ...),
