@@ -116,10 +116,15 @@ template <size_t N, typename Fn>
 void ForEachRow(absl::Span<const int64_t> shape,
                 const std::array<absl::Span<const int64_t>, N>& strides, Fn&& fn) {
   using Dims = absl::InlinedVector<int64_t, 6>;
+  // An empty shape first, before any dim's stride is multiplied by its size: an empty tensor's
+  // other dims may be of any size (2^63 - 1, found by the request fuzzer), and their strides
+  // reach no memory.
+  for (int64_t size : shape) {
+    if (size == 0) return;
+  }
   Dims sizes;
   std::array<Dims, N> steps;
   for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 0) return;
     if (shape[d] == 1) continue;
     bool merge = !sizes.empty();
     for (size_t k = 0; k < N && merge; ++k) {

@@ -38,10 +38,15 @@ ReductionLayout ParseDims(const char* op, const Tensor& input, absl::Span<const 
   return MakeReductionLayout(input.shape(), reduced, keepdim);
 }
 
+// At most int64's max: past it only when the kept dims hold a 0, so that nothing is reduced.
 int64_t ReducedCount(const ReductionLayout& layout) {
   int64_t count = 1;
   for (size_t d = 0; d < layout.input_shape.size(); ++d) {
-    if (layout.reduced[d]) count *= layout.input_shape[d];
+    if (!layout.reduced[d]) continue;
+    if (layout.input_shape[d] == 0) return 0;
+    if (__builtin_mul_overflow(count, layout.input_shape[d], &count)) {
+      count = std::numeric_limits<int64_t>::max();
+    }
   }
   return count;
 }

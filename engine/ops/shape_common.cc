@@ -1,5 +1,6 @@
 #include "engine/ops/shape_common.h"
 
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -96,7 +97,10 @@ Shape ShapeWith(absl::Span<const int64_t> shape, int64_t dim, int64_t size) {
 
 int64_t ProductOf(absl::Span<const int64_t> shape, int64_t begin, int64_t end) {
   int64_t n = 1;
-  for (int64_t d = begin; d < end; ++d) n *= shape[d];
+  for (int64_t d = begin; d < end; ++d) {
+    if (shape[d] == 0) return 0;
+    if (__builtin_mul_overflow(n, shape[d], &n)) n = std::numeric_limits<int64_t>::max();
+  }
   return n;
 }
 

@@ -65,7 +65,9 @@ int64_t CheckIndexSelectArgs(const char* op, const char* source_arg,
 Shape ShapeWithout(absl::Span<const int64_t> shape, int64_t dim);
 Shape ShapeWith(absl::Span<const int64_t> shape, int64_t dim, int64_t size);
 
-// The product of shape[begin, end).
+// The product of shape[begin, end), at most int64's max: only an empty tensor's sizes (its 0
+// outside the range) can pass it, and then the product counts no element (the request fuzzer
+// found such a product overflowing in cumsum).
 int64_t ProductOf(absl::Span<const int64_t> shape, int64_t begin, int64_t end);
 
 // --- Kernels without autograd, shared by the index ops and embedding (defined in shape.cc).

@@ -64,7 +64,13 @@ std::pair<Tensor, Tensor> Extremes(const char* op, bool largest, const Tensor& i
                ShapeToString(input.shape()));
   const int64_t dims[] = {dim};
   Tensor index;
-  {
+  if (input.numel() == 0) {
+    // No element, so no position: the reduced dim may be of any size (2^63 - 1, found by
+    // IntegerWrapTest), and a vector of its positions would be allocated outside the budget.
+    Shape kept(input.shape().begin(), input.shape().end());
+    kept[static_cast<size_t>(dim)] = 1;
+    index = Tensor::Empty(kept, DType::kInt64, input.device());
+  } else {
     autograd::NoGradGuard no_grad;
     const Tensor x = input.detach();
     const Tensor best = largest ? amax(x, dims, true) : amin(x, dims, true);
