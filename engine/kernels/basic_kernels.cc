@@ -10,7 +10,6 @@
 #include "engine/kernels/op_kernels.h"
 #include "engine/tensor/tensor_kernels.h"
 #include "engine/util/host_device.h"
-#include "engine/util/wrapping.h"
 
 namespace gradserve {
 
@@ -69,10 +68,8 @@ template <typename To, typename From>
 To Convert(From v) {
   if constexpr (std::is_same_v<To, bool>) {
     return v != From(0);
-  } else if constexpr (kWrapsAround<To> && std::is_floating_point_v<From>) {
-    return TruncateToInteger<To>(v);  // Note [Integer tensors wrap around]
   } else {
-    return static_cast<To>(v);
+    return ops::CastTo<To>{}(v);  // floats to integers: Note [Integer tensors wrap around]
   }
 }
 

@@ -9,7 +9,7 @@
 // modulo 2**64 by definition, and convert back (modular since C++20). For floating types and
 // bool these are the plain operators, so float kernels compile exactly as before. The request
 // fuzzer found the first two (negation and matmul, docs/fuzzing.md); the rest (add, sub, mul,
-// sums, cumsum, prod, ...) were found by IntegerWrapTest in tests/engine/integer_wrap_test.cc,
+// sums, cumsum, ...) were found by IntegerWrapTest in tests/engine/integer_wrap_test.cc,
 // which gives every op that takes int64 the extremes. Scalars from a request (add's alpha) are
 // doubles: an integer op checks them against int64's range before converting.
 
