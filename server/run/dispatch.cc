@@ -76,6 +76,26 @@ int64_t EstimateInlineCost(const v1::GradRequest& request, int64_t request_bytes
   return work > kUnboundedCost - request_bytes ? kUnboundedCost : work + request_bytes;
 }
 
+int64_t EstimateBackwardCost(int64_t pass_cost,
+                             const google::protobuf::RepeatedPtrField<v1::BackwardCall>& calls,
+                             int64_t request_bytes) {
+  if (pass_cost < 0 || pass_cost == kUnboundedCost || request_bytes < 0) return kUnboundedCost;
+  ShapeBound bound;
+  int64_t items = 0;
+  for (const v1::BackwardCall& call : calls) {
+    if (call.create_graph()) return kUnboundedCost;
+    items += call.roots_size() + call.inputs_size() + static_cast<int64_t>(call.seeds_size());
+    for (const auto& [name, seed] : call.seeds()) {
+      if (!bound.Add(seed)) return kUnboundedCost;
+    }
+  }
+  const int64_t passes = CappedMul(pass_cost, calls.size());
+  const int64_t own = CappedMul(items, std::max(kMinElementsPerItem, bound.elements()));
+  if (passes > kUnboundedCost - own) return kUnboundedCost;
+  const int64_t work = passes + own;
+  return work > kUnboundedCost - request_bytes ? kUnboundedCost : work + request_bytes;
+}
+
 bool RunsInline(const v1::GradRequest& request, int64_t request_bytes, int64_t max_inline_cost) {
   if (max_inline_cost <= 0) return false;
   const int64_t cost = EstimateInlineCost(request, request_bytes);

@@ -63,6 +63,16 @@ int64_t EstimateInlineCost(const v1::GradRequest& request, int64_t request_bytes
 // limit of max_inline_cost.
 bool RunsInline(const v1::GradRequest& request, int64_t request_bytes, int64_t max_inline_cost);
 
+// Note [Inline or pool], for a session's Backward call (Note [Session calls inline] in
+// server/service/session_calls.cc): the estimated cost of calls, request_bytes serialized, over
+// a held graph whose cost per pass is pass_cost (EstimateInlineCost of the Forward that recorded
+// it, without calls), or kUnboundedCost. Each call is one pass over the graph, plus its own
+// roots, inputs and seeds; create_graph, a seed off the CPU or an unbounded pass_cost is
+// unbounded.
+int64_t EstimateBackwardCost(int64_t pass_cost,
+                             const google::protobuf::RepeatedPtrField<v1::BackwardCall>& calls,
+                             int64_t request_bytes);
+
 }  // namespace gradserve::server
 
 #endif  // GRADSERVE_SERVER_RUN_DISPATCH_H_

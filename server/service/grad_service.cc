@@ -712,7 +712,8 @@ std::string GradService::MetricsText() const {
   out.Sample("gradserve_engine_worker_busy_seconds_total", {},
              static_cast<double>(pool_->busy_ns()) / 1e9);
   out.Family("gradserve_inline_requests_total", "counter",
-             "Grad calls small enough to run on gRPC's thread instead of a worker.");
+             "Grad and session Backward calls small enough to run on gRPC's thread instead "
+             "of a worker.");
   out.Sample("gradserve_inline_requests_total", {},
              requests_inline_.load(std::memory_order_relaxed));
   out.Family("gradserve_uptime_seconds", "gauge", "Seconds since the server started.");

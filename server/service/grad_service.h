@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -137,7 +138,8 @@ class GradService final
   v1::Counters counters() const;
   // What GetServerInfo answers: the static part and the counters now.
   v1::ServerInfo Info() const;
-  // Grad calls that ran inline on gRPC's thread (Note [Inline or pool]).
+  // Grad calls and session Backward calls that ran inline on gRPC's thread (Note [Inline or
+  // pool], Note [Session calls inline]).
   int64_t requests_inline() const { return requests_inline_.load(std::memory_order_relaxed); }
   // The Prometheus text of the server's metrics now (docs/operations.md, "Metrics").
   std::string MetricsText() const;
@@ -207,14 +209,22 @@ class GradService final
   using SessionWork = std::function<absl::Status(
       Tenant* tenant, const std::shared_ptr<autograd::CancellationToken>& cancel,
       absl::Time received, int64_t bytes_in, int64_t* nodes)>;
-  // Forward, Backward and Extend (session_calls.cc): admits the call as rpc, runs work on the
-  // worker pool, then ends the call's accounting (EndCall) with request's and response's
-  // sizes. request, request_id and response are the call's, alive until it finishes.
+  // A session call's work tried on gRPC's thread (Note [Session calls inline]): as SessionWork,
+  // or std::nullopt, having done nothing the client can see, when the call is to go to the
+  // worker pool instead.
+  using InlineSessionWork = std::function<std::optional<absl::Status>(
+      Tenant* tenant, const std::shared_ptr<autograd::CancellationToken>& cancel,
+      absl::Time received, int64_t bytes_in, int64_t* nodes)>;
+  // Forward, Backward and Extend (session_calls.cc): admits the call as rpc, runs try_inline
+  // on this thread if given, else (or when it declines) work on the worker pool, then ends the
+  // call's accounting (EndCall) with request's and response's sizes. request, request_id and
+  // response are the call's, alive until it finishes.
   grpc::ServerUnaryReactor* StartSessionCall(grpc::CallbackServerContext* context,
                                              const google::protobuf::Message& request,
                                              const std::string& request_id,
                                              const google::protobuf::Message& response,
-                                             metrics::Rpc rpc, SessionWork work);
+                                             metrics::Rpc rpc, SessionWork work,
+                                             InlineSessionWork try_inline = nullptr);
   // Finishes a call answered at once, taking no engine slot (Ping, GetServerInfo, Release),
   // with status, counting it in the metrics under rpc and tenant (null: none or unknown);
   // received: when it arrived. No log line: these calls are cheap and many.

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engine/tensor/memory_budget.h"
+#include "server/run/dispatch.h"
 #include "server/run/request_runner.h"
 #include "server/service/calls.h"
 #include "server/service/grad_service.h"
@@ -17,6 +19,23 @@
 
 namespace gradserve::server {
 namespace {
+
+// Note [Session calls inline]
+// A Backward call over a small held graph is as cheap as a small one-shot request, and the
+// worker pool's hand-off between threads would be most of its time (docs/benchmarks.md, the
+// session row: 112-120 us at p50 on the pool against 71-75 for the same graph's one-shot
+// request run inline). So Backward is first tried on gRPC's thread, as Note [Inline or pool]
+// runs a one-shot request: each session keeps the estimate of one pass over its graph,
+// EstimateInlineCost of the Forward that recorded it; a Backward runs inline when
+// EstimateBackwardCost (that cost per call, plus the calls' own names and seeds and the
+// request's bytes) is at most --max_inline_cost and no other call holds the session. The
+// session's lock is only tried: gRPC's thread never waits for another call on the same
+// session, which may be long; a busy session sends the call to the pool, where it waits its
+// turn as before (Note [Concurrent backward calls on a session]). Extend marks the graph
+// unbounded rather than estimating it again, so an extended session's calls use the pool;
+// Forward and Extend record graphs and always use the pool. Inline calls count in
+// gradserve_inline_requests_total, and, as for one-shot requests, a client's cancel cannot
+// stop one (gRPC delivers it after the handler returns) while its deadline can.
 
 // A refusal at admission, said in the session's terms when the server drains.
 absl::Status SessionRefusal(const absl::Status& status) {
@@ -35,19 +54,42 @@ absl::Status HoldRequest(MemoryReservation& reservation, int64_t bytes_in) {
       absl::StrCat("the server cannot hold this request now: ", status.message()));
 }
 
-// Runs run on the graph of tenant's session id, one call at a time (Note [Concurrent backward
-// calls on a session]), with budget (the tenant's) current, and marks the use done. NOT_FOUND
-// naming the id if the store does not hold it for tenant.
+// Runs run on tenant's session id, one call at a time (Note [Concurrent backward calls on a
+// session]), with budget (the tenant's) current, and marks the use done. NOT_FOUND naming the
+// id if the store does not hold it for tenant.
 absl::Status OnSession(SessionStore& sessions, const Tenant* tenant, const std::string& id,
                        const std::shared_ptr<MemoryBudget>& budget,
-                       absl::FunctionRef<absl::Status(graph::RecordedGraph&)> run) {
+                       absl::FunctionRef<absl::Status(Session&)> run) {
   absl::StatusOr<std::shared_ptr<Session>> session = sessions.Use(TenantKey(tenant), id);
   if (!session.ok()) return session.status();
   absl::Status status;
   {
     MutexLock lock(&(*session)->mutex());
     MemoryBudgetScope server_memory(&budget);
-    status = run((*session)->graph());
+    status = run(**session);
+  }
+  sessions.Done(*session);
+  return status;
+}
+
+// As OnSession, but only if no other call holds the session and fits(its cost per pass) says
+// so (Note [Session calls inline]): std::nullopt, having run nothing, otherwise. An unknown id
+// is answered at once (NOT_FOUND), which needs no engine.
+std::optional<absl::Status> OnSessionIfFree(SessionStore& sessions, const Tenant* tenant,
+                                            const std::string& id,
+                                            const std::shared_ptr<MemoryBudget>& budget,
+                                            absl::FunctionRef<bool(int64_t)> fits,
+                                            absl::FunctionRef<absl::Status(Session&)> run) {
+  absl::StatusOr<std::shared_ptr<Session>> session = sessions.Use(TenantKey(tenant), id);
+  if (!session.ok()) return session.status();
+  std::optional<absl::Status> status;
+  Session& s = **session;
+  if (s.mutex().TryLock()) {
+    if (fits(s.pass_cost())) {
+      MemoryBudgetScope server_memory(&budget);
+      status = run(s);
+    }
+    s.mutex().Unlock();
   }
   sessions.Done(*session);
   return status;
@@ -99,12 +141,25 @@ grpc::ServerUnaryReactor* GradService::StartSessionCall(grpc::CallbackServerCont
                                                         const google::protobuf::Message& request,
                                                         const std::string& request_id,
                                                         const google::protobuf::Message& response,
-                                                        metrics::Rpc rpc, SessionWork work) {
+                                                        metrics::Rpc rpc, SessionWork work,
+                                                        InlineSessionWork try_inline) {
   const absl::Time received = absl::Now();
   TraceId trace = TraceIdOf(*context);
   EchoTraceId(trace, context);  // Note [Trace ids]
   absl::StatusOr<Tenant*> tenant = AdmitSessionCall(context, request_id, trace.value, rpc);
   if (!tenant.ok()) return FinishNow(context, ToGrpcStatus(tenant.status()));
+  if (try_inline != nullptr) {
+    const int64_t bytes_in = static_cast<int64_t>(request.ByteSizeLong());
+    int64_t nodes = 0;
+    const std::optional<absl::Status> status =
+        try_inline(*tenant, MakeToken(context), received, bytes_in, &nodes);
+    if (status.has_value()) {
+      requests_inline_.fetch_add(1, std::memory_order_relaxed);
+      EndCall(request_id, trace.value, rpc, *tenant, *status, received, nodes, bytes_in,
+              status->ok() ? static_cast<int64_t>(response.ByteSizeLong()) : 0);
+      return FinishNow(context, ToGrpcStatus(*status));
+    }
+  }
   return new SessionReactor(
       this, context,
       [this, tenant = *tenant, &request, &request_id, &response, rpc, received,
@@ -129,6 +184,7 @@ grpc::ServerUnaryReactor* GradService::Forward(grpc::CallbackServerContext* cont
                                 absl::Time received, int64_t bytes_in, int64_t* nodes) {
         v1::GradResponse out;
         absl::Status status;
+        int64_t pass_cost = kUnboundedCost;
         {
           MemoryReservation request_memory(BudgetOf(tenant));
           status = HoldRequest(request_memory, bytes_in);
@@ -141,13 +197,14 @@ grpc::ServerUnaryReactor* GradService::Forward(grpc::CallbackServerContext* cont
             grad.set_request_id(request->request_id());
             *grad.mutable_graph() = request->graph();
             *grad.mutable_return_values() = request->return_values();
+            pass_cost = EstimateInlineCost(grad, 0);  // Note [Session calls inline]
             // The held graph's budget lies within the tenant's and the server's.
             MemoryBudgetScope server_memory(&BudgetOf(tenant));
             status = runner.RunForward(grad, options_.limits, cancel, received, &out);
           }
           if (status.ok()) {
             absl::StatusOr<std::string> id =
-                sessions_->Add(TenantKey(tenant), runner.TakeRecorded());
+                sessions_->Add(TenantKey(tenant), runner.TakeRecorded(), pass_cost);
             if (id.ok()) {
               response->set_session_id(*std::move(id));
             } else {
@@ -168,29 +225,56 @@ grpc::ServerUnaryReactor* GradService::Forward(grpc::CallbackServerContext* cont
 grpc::ServerUnaryReactor* GradService::Backward(grpc::CallbackServerContext* context,
                                                 const v1::BackwardRequest* request,
                                                 v1::BackwardResponse* response) {
+  // The call on this thread (inline) or on a worker; inline, std::nullopt when it is not
+  // cheap or the session is busy (Note [Session calls inline]).
+  auto backward = [this, request, response](
+                      Tenant* tenant, const std::shared_ptr<autograd::CancellationToken>& cancel,
+                      absl::Time received, bool inline_only) -> std::optional<absl::Status> {
+    v1::GradRequest grad;  // the calls alone
+    grad.set_request_id(request->request_id());
+    *grad.mutable_calls() = request->calls();
+    v1::GradResponse out;
+    RequestRegions regions(shared_memory_.get(), TenantKey(tenant));
+    RequestRunner runner;
+    runner.set_regions(&regions);
+    auto run = [&](Session& s) {
+      return runner.RunBackward(s.graph(), grad, options_.limits, cancel, received, &out);
+    };
+    std::optional<absl::Status> status;
+    if (inline_only) {
+      const int64_t bytes = static_cast<int64_t>(request->ByteSizeLong());
+      status = OnSessionIfFree(
+          *sessions_, tenant, request->session_id(), BudgetOf(tenant),
+          [&](int64_t pass_cost) {
+            const int64_t cost = EstimateBackwardCost(pass_cost, request->calls(), bytes);
+            return cost != kUnboundedCost && cost <= options_.max_inline_cost;
+          },
+          run);
+      if (!status.has_value()) return status;
+    } else {
+      status = OnSession(*sessions_, tenant, request->session_id(), BudgetOf(tenant), run);
+    }
+    if (!status->ok()) return status;
+    response->set_request_id(request->request_id());
+    response->mutable_calls()->Swap(out.mutable_calls());
+    *response->mutable_timings() = out.timings();
+    return status;
+  };
+  InlineSessionWork try_inline;
+  if (options_.max_inline_cost > 0) {
+    try_inline = [backward](Tenant* tenant,
+                            const std::shared_ptr<autograd::CancellationToken>& cancel,
+                            absl::Time received, int64_t /*bytes_in*/, int64_t* /*nodes*/) {
+      return backward(tenant, cancel, received, /*inline_only=*/true);
+    };
+  }
   return StartSessionCall(
       context, *request, request->request_id(), *response, metrics::Rpc::kBackward,
-      [this, request, response](Tenant* tenant,
-                                const std::shared_ptr<autograd::CancellationToken>& cancel,
-                                absl::Time received, int64_t /*bytes_in*/, int64_t* /*nodes*/) {
-        v1::GradRequest grad;  // the calls alone
-        grad.set_request_id(request->request_id());
-        *grad.mutable_calls() = request->calls();
-        v1::GradResponse out;
-        RequestRegions regions(shared_memory_.get(), TenantKey(tenant));
-        RequestRunner runner;
-        runner.set_regions(&regions);
-        const absl::Status status =
-            OnSession(*sessions_, tenant, request->session_id(), BudgetOf(tenant),
-                      [&](graph::RecordedGraph& g) {
-                        return runner.RunBackward(g, grad, options_.limits, cancel, received, &out);
-                      });
-        if (!status.ok()) return status;
-        response->set_request_id(request->request_id());
-        response->mutable_calls()->Swap(out.mutable_calls());
-        *response->mutable_timings() = out.timings();
-        return status;
-      });
+      [backward](Tenant* tenant, const std::shared_ptr<autograd::CancellationToken>& cancel,
+                 absl::Time received, int64_t /*bytes_in*/, int64_t* /*nodes*/) {
+        return *backward(tenant, cancel, received, /*inline_only=*/false);
+      },
+      std::move(try_inline));
 }
 
 grpc::ServerUnaryReactor* GradService::Extend(grpc::CallbackServerContext* context,
@@ -214,11 +298,13 @@ grpc::ServerUnaryReactor* GradService::Extend(grpc::CallbackServerContext* conte
             grad.set_request_id(request->request_id());
             *grad.mutable_graph() = request->graph();
             *grad.mutable_return_values() = request->return_values();
-            status = OnSession(*sessions_, tenant, request->session_id(), BudgetOf(tenant),
-                               [&](graph::RecordedGraph& g) {
-                                 return runner.RunExtend(g, grad, options_.limits, cancel, received,
-                                                         &out);
-                               });
+            status = OnSession(
+                *sessions_, tenant, request->session_id(), BudgetOf(tenant), [&](Session& s) {
+                  // Note [Session calls inline]: an extended graph is not
+                  // estimated again; its calls go to the pool.
+                  s.set_pass_cost(kUnboundedCost);
+                  return runner.RunExtend(s.graph(), grad, options_.limits, cancel, received, &out);
+                });
           }
         }
         *nodes = out.num_nodes();

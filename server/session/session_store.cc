@@ -52,7 +52,8 @@ SessionStore::SessionStore(absl::Duration idle_ttl, int64_t max_per_tenant)
 SessionStore::~SessionStore() { EndAll(); }
 
 absl::StatusOr<std::string> SessionStore::Add(absl::string_view tenant,
-                                              std::unique_ptr<graph::RecordedGraph> graph) {
+                                              std::unique_ptr<graph::RecordedGraph> graph,
+                                              int64_t pass_cost) {
   absl::StatusOr<std::string> id = NewId();
   if (!id.ok()) return id.status();
   MutexLock lock(&mutex_);
@@ -71,7 +72,7 @@ absl::StatusOr<std::string> SessionStore::Add(absl::string_view tenant,
   if (sessions_.contains(*id)) return absl::InternalError("session id collision");
   ++count;
   Entry& entry = sessions_[*id];
-  entry.session = std::make_shared<Session>(*id, std::string(tenant), std::move(graph));
+  entry.session = std::make_shared<Session>(*id, std::string(tenant), std::move(graph), pass_cost);
   entry.last_used = absl::Now();
   return id;
 }

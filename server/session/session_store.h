@@ -48,8 +48,14 @@ namespace gradserve::server {
 // One held graph.
 class Session {
  public:
-  Session(std::string id, std::string tenant, std::unique_ptr<graph::RecordedGraph> graph)
-      : id_(std::move(id)), tenant_(std::move(tenant)), graph_(std::move(graph)) {}
+  // pass_cost: Note [Inline or pool]'s estimate of one pass over graph (EstimateInlineCost of
+  // the Forward that recorded it, calls aside), or kUnboundedCost.
+  Session(std::string id, std::string tenant, std::unique_ptr<graph::RecordedGraph> graph,
+          int64_t pass_cost)
+      : id_(std::move(id)),
+        tenant_(std::move(tenant)),
+        pass_cost_(pass_cost),
+        graph_(std::move(graph)) {}
 
   const std::string& id() const { return id_; }
   const std::string& tenant() const { return tenant_; }
@@ -57,12 +63,16 @@ class Session {
   // Held while a call runs on the graph (Note [Concurrent backward calls on a session]).
   Mutex& mutex() ABSL_LOCK_RETURNED(mutex_) { return mutex_; }
   graph::RecordedGraph& graph() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return *graph_; }
+  // The graph's cost per pass (Note [Session calls inline]); an Extend call sets it.
+  int64_t pass_cost() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return pass_cost_; }
+  void set_pass_cost(int64_t cost) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { pass_cost_ = cost; }
 
  private:
   const std::string id_;
   const std::string tenant_;
   // Serializes the calls on the graph (Note [Concurrent backward calls on a session]).
   Mutex mutex_;
+  int64_t pass_cost_ ABSL_GUARDED_BY(mutex_);
   const std::unique_ptr<graph::RecordedGraph> graph_ ABSL_PT_GUARDED_BY(mutex_);
 };
 
@@ -77,10 +87,11 @@ class SessionStore {
   SessionStore(const SessionStore&) = delete;
   SessionStore& operator=(const SessionStore&) = delete;
 
-  // Holds graph for tenant under a new id, which it returns. RESOURCE_EXHAUSTED when the tenant
-  // holds max_per_tenant sessions; UNAVAILABLE after EndAll.
+  // Holds graph, whose cost per pass is pass_cost (Session), for tenant under a new id, which
+  // it returns. RESOURCE_EXHAUSTED when the tenant holds max_per_tenant sessions; UNAVAILABLE
+  // after EndAll.
   absl::StatusOr<std::string> Add(absl::string_view tenant,
-                                  std::unique_ptr<graph::RecordedGraph> graph);
+                                  std::unique_ptr<graph::RecordedGraph> graph, int64_t pass_cost);
 
   // The session id of tenant's, marked in use until Done is called with it (so it does not
   // expire meanwhile). NOT_FOUND naming the id if the store does not hold it for tenant.

@@ -126,6 +126,35 @@ TEST(EstimateInlineCostTest, MalformedShapesGoToThePoolWithoutOverflow) {
   EXPECT_FALSE(RunsInline(huge, INT64_MAX));
 }
 
+// Note [Session calls inline]: a session's Backward costs one pass over the held graph per
+// call, plus the calls' own names and seeds and the request's bytes.
+TEST(EstimateBackwardCostTest, OnePassPerCallPlusTheCallsOwnItems) {
+  v1::GradRequest square = SquareRequest();
+  const int64_t pass = server::EstimateInlineCost(square, 0) / 2;  // square has 2 passes
+  google::protobuf::RepeatedPtrField<v1::BackwardCall> calls = square.calls();
+  // 1 root + 1 input, each at least kMinElementsPerItem.
+  EXPECT_EQ(server::EstimateBackwardCost(pass, calls, 100),
+            pass + 2 * server::kMinElementsPerItem + 100);
+  *calls.Add() = calls[0];
+  EXPECT_EQ(server::EstimateBackwardCost(pass, calls, 100),
+            2 * pass + 4 * server::kMinElementsPerItem + 100);
+
+  EXPECT_EQ(server::EstimateBackwardCost(kUnboundedCost, calls, 100), kUnboundedCost);
+  EXPECT_EQ(server::EstimateBackwardCost(pass, calls, -1), kUnboundedCost);
+  EXPECT_EQ(server::EstimateBackwardCost(kUnboundedCost / 2 + 1, calls, 0), kUnboundedCost);
+  calls[1].set_create_graph(true);
+  EXPECT_EQ(server::EstimateBackwardCost(pass, calls, 100), kUnboundedCost);
+  calls[1].set_create_graph(false);
+  v1::Tensor& seed = (*calls[1].mutable_seeds())["loss"];
+  seed.set_dtype(v1::DTYPE_FLOAT32);
+  seed.add_shape(int64_t{1} << 40);
+  seed.add_shape(int64_t{1} << 40);
+  EXPECT_EQ(server::EstimateBackwardCost(pass, calls, 100), kUnboundedCost);
+  seed.clear_shape();
+  seed.set_device("sim:0");
+  EXPECT_EQ(server::EstimateBackwardCost(pass, calls, 100), kUnboundedCost);
+}
+
 // A hook that holds requests with a given id at the start of their work.
 struct Hold {
   std::string id;

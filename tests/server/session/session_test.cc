@@ -272,6 +272,67 @@ v1::BackwardCall GradOf(const std::string& root) {
   return call;
 }
 
+// Note [Session calls inline]: a Backward over a small graph runs on gRPC's thread; one over
+// a graph with an op the estimate does not bound, or over an extended graph, on the pool.
+TEST_F(SessionTest, SmallBackwardCallsRunInlineOthersOnThePool) {
+  auto inline_calls = [&] { return server_.server().service().requests_inline(); };
+  const std::string id = MustForward();
+  int64_t before = inline_calls();
+  v1::BackwardResponse inline_response;
+  ASSERT_TRUE(Backward(id, {GradCall(true)}, &inline_response).ok());
+  EXPECT_EQ(inline_calls(), before + 1);
+
+  // The same graph with a matmul (not bounded by the estimate): its calls use the pool, with
+  // the same answer.
+  v1::GradRequest model = Model();
+  model.mutable_graph()->mutable_ops(2)->set_op("matmul");  // y . y, a scalar, as sum(y * y)
+  model.mutable_graph()->mutable_ops(3)->set_op("mul");     // loss = yy * 1
+  model.mutable_graph()->mutable_ops(3)->add_inputs("one");
+  RequestBuilder one;
+  one.Leaf("one", HostTensor::Float32({1}, {}));
+  *model.mutable_graph()->add_leaves() = one.request().graph().leaves(0);
+  v1::ForwardResponse forward;
+  ASSERT_TRUE(Forward(ForwardOf(model), &forward).ok());
+  before = inline_calls();
+  v1::BackwardResponse pool_response;
+  grpc::Status s = Backward(forward.session_id(), {GradCall(true)}, &pool_response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(inline_calls(), before);
+  ASSERT_EQ(pool_response.calls(0).gradients_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    std::vector<double> a = Values(inline_response.calls(0).gradients(i).value());
+    std::vector<double> b = Values(pool_response.calls(0).gradients(i).value());
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t j = 0; j < a.size(); ++j) EXPECT_NEAR(a[j], b[j], 1e-5) << i << " " << j;
+  }
+
+  // Extended: its graph is no longer estimated.
+  ASSERT_TRUE(Extend(id, Extension()).ok());
+  before = inline_calls();
+  ASSERT_TRUE(Backward(id, {GradOf("loss2")}).ok());
+  EXPECT_EQ(inline_calls(), before);
+  ASSERT_TRUE(Release(id).ok());
+  ASSERT_TRUE(Release(forward.session_id()).ok());
+  EXPECT_EQ(MemoryUsed(), 0);
+}
+
+class SessionNoInlineTest : public SessionTest {
+ protected:
+  SessionNoInlineTest() : SessionTest(NoInline()) {}
+  static server::ServerOptions NoInline() {
+    server::ServerOptions options = Options();
+    options.max_inline_cost = 0;
+    return options;
+  }
+};
+
+TEST_F(SessionNoInlineTest, ZeroMaxInlineCostSendsBackwardToThePool) {
+  const std::string id = MustForward();
+  ASSERT_TRUE(Backward(id, {GradCall(true)}).ok());
+  EXPECT_EQ(server_.server().service().requests_inline(), 0);
+  ASSERT_TRUE(Release(id).ok());
+}
+
 TEST_F(SessionTest, ExtendThenBackwardEqualsOneShotRequest) {
   // The one-shot request: Model() with the extension's leaves and ops at its end.
   v1::GradRequest one_shot = Model();
