@@ -138,9 +138,7 @@ Tensor slice(const Tensor& input, int64_t dim, std::optional<int64_t> start,
   Shape shape = input.shape();
   shape[dim] = length;
   Strides strides = input.strides();
-  // An empty input reaches no memory, and its sizes may be huge: its offset stays.
-  const int64_t offset =
-      input.numel() == 0 ? input.storage_offset() : input.storage_offset() + begin * strides[dim];
+  const int64_t offset = OffsetAlong(input, dim, begin);
   // With two or more elements, step < size, so the product is within the storage's reach.
   if (length > 1) strides[dim] *= step;
   Tensor out = input.AsStrided(shape, strides, offset);

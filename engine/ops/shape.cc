@@ -29,12 +29,6 @@ using autograd::SavedVariable;
 // ---------------------------------------------------------------------------------------------
 // Views without autograd.
 
-// The storage offset of element `index` along dim. An empty tensor's views reach no memory,
-// and their offsets stay: its sizes may be huge (2^63 - 1), so index * stride could overflow.
-int64_t OffsetAlong(const Tensor& t, int64_t dim, int64_t index) {
-  return t.numel() == 0 ? t.storage_offset() : t.storage_offset() + index * t.strides()[dim];
-}
-
 // Elements [start, start + length) of dim.
 Tensor NarrowView(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
   Shape shape = t.shape();

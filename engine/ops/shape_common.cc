@@ -95,6 +95,10 @@ Shape ShapeWith(absl::Span<const int64_t> shape, int64_t dim, int64_t size) {
   return out;
 }
 
+int64_t OffsetAlong(const Tensor& t, int64_t dim, int64_t index) {
+  return t.numel() == 0 ? t.storage_offset() : t.storage_offset() + index * t.strides()[dim];
+}
+
 int64_t ProductOf(absl::Span<const int64_t> shape, int64_t begin, int64_t end) {
   int64_t n = 1;
   for (int64_t d = begin; d < end; ++d) {

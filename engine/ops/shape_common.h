@@ -65,6 +65,11 @@ int64_t CheckIndexSelectArgs(const char* op, const char* source_arg,
 Shape ShapeWithout(absl::Span<const int64_t> shape, int64_t dim);
 Shape ShapeWith(absl::Span<const int64_t> shape, int64_t dim, int64_t size);
 
+// The storage offset of element `index` along dim of t, for a view. An empty tensor's views
+// reach no memory, and their offsets stay: its sizes may be huge (2^63 - 1), so index * stride
+// could overflow.
+int64_t OffsetAlong(const Tensor& t, int64_t dim, int64_t index);
+
 // The product of shape[begin, end), at most int64's max: only an empty tensor's sizes (its 0
 // outside the range) can pass it, and then the product counts no element (the request fuzzer
 // found such a product overflowing in cumsum).
