@@ -50,6 +50,23 @@ struct ShapeBound {
   }
 };
 
+// a + b, or kUnboundedCost if that is larger than kUnboundedCost. a, b >= 0.
+int64_t CappedAdd(int64_t a, int64_t b) { return a > kUnboundedCost - b ? kUnboundedCost : a + b; }
+
+// Adds the calls' roots, inputs and seeds to *items and their seeds' shapes to *bound; false if
+// a call cannot be bounded (create_graph, a seed off the CPU or with a negative size).
+bool AddCalls(const google::protobuf::RepeatedPtrField<v1::BackwardCall>& calls, ShapeBound* bound,
+              int64_t* items) {
+  for (const v1::BackwardCall& call : calls) {
+    if (call.create_graph()) return false;
+    *items += call.roots_size() + call.inputs_size() + static_cast<int64_t>(call.seeds_size());
+    for (const auto& [name, seed] : call.seeds()) {
+      if (!bound->Add(seed)) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int64_t EstimateInlineCost(const v1::GradRequest& request, int64_t request_bytes) {
@@ -63,17 +80,11 @@ int64_t EstimateInlineCost(const v1::GradRequest& request, int64_t request_bytes
   for (const v1::Op& op : graph.ops()) {
     if (!IsInlineOp(op.op()) || op.has_body()) return kUnboundedCost;
   }
-  for (const v1::BackwardCall& call : request.calls()) {
-    if (call.create_graph()) return kUnboundedCost;
-    items += call.roots_size() + call.inputs_size() + static_cast<int64_t>(call.seeds_size());
-    for (const auto& [name, seed] : call.seeds()) {
-      if (!bound.Add(seed)) return kUnboundedCost;
-    }
-  }
+  if (!AddCalls(request.calls(), &bound, &items)) return kUnboundedCost;
   const int64_t passes = 1 + request.calls_size();
   const int64_t work =
       CappedMul(CappedMul(items, passes), std::max(kMinElementsPerItem, bound.elements()));
-  return work > kUnboundedCost - request_bytes ? kUnboundedCost : work + request_bytes;
+  return CappedAdd(work, request_bytes);
 }
 
 int64_t EstimateBackwardCost(int64_t pass_cost,
@@ -82,18 +93,10 @@ int64_t EstimateBackwardCost(int64_t pass_cost,
   if (pass_cost < 0 || pass_cost == kUnboundedCost || request_bytes < 0) return kUnboundedCost;
   ShapeBound bound;
   int64_t items = 0;
-  for (const v1::BackwardCall& call : calls) {
-    if (call.create_graph()) return kUnboundedCost;
-    items += call.roots_size() + call.inputs_size() + static_cast<int64_t>(call.seeds_size());
-    for (const auto& [name, seed] : call.seeds()) {
-      if (!bound.Add(seed)) return kUnboundedCost;
-    }
-  }
+  if (!AddCalls(calls, &bound, &items)) return kUnboundedCost;
   const int64_t passes = CappedMul(pass_cost, calls.size());
   const int64_t own = CappedMul(items, std::max(kMinElementsPerItem, bound.elements()));
-  if (passes > kUnboundedCost - own) return kUnboundedCost;
-  const int64_t work = passes + own;
-  return work > kUnboundedCost - request_bytes ? kUnboundedCost : work + request_bytes;
+  return CappedAdd(CappedAdd(passes, own), request_bytes);
 }
 
 bool RunsInline(const v1::GradRequest& request, int64_t request_bytes, int64_t max_inline_cost) {

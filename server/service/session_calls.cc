@@ -104,8 +104,9 @@ class GradService::SessionReactor final : public grpc::ServerUnaryReactor {
  public:
   using Work = std::function<absl::Status(const std::shared_ptr<autograd::CancellationToken>&)>;
 
-  SessionReactor(GradService* service, grpc::CallbackServerContext* context, Work work)
-      : cancel_(MakeToken(context)) {
+  SessionReactor(GradService* service, std::shared_ptr<autograd::CancellationToken> cancel,
+                 Work work)
+      : cancel_(std::move(cancel)) {
     service->pool_->Submit([this, work = std::move(work)] {
       const absl::Status status = work(cancel_);
       Finish(ToGrpcStatus(status));  // the last use of this
@@ -148,11 +149,12 @@ grpc::ServerUnaryReactor* GradService::StartSessionCall(grpc::CallbackServerCont
   EchoTraceId(trace, context);  // Note [Trace ids]
   absl::StatusOr<Tenant*> tenant = AdmitSessionCall(context, request_id, trace.value, rpc);
   if (!tenant.ok()) return FinishNow(context, ToGrpcStatus(tenant.status()));
+  const int64_t bytes_in = static_cast<int64_t>(request.ByteSizeLong());
+  std::shared_ptr<autograd::CancellationToken> cancel = MakeToken(context);
   if (try_inline != nullptr) {
-    const int64_t bytes_in = static_cast<int64_t>(request.ByteSizeLong());
     int64_t nodes = 0;
     const std::optional<absl::Status> status =
-        try_inline(*tenant, MakeToken(context), received, bytes_in, &nodes);
+        try_inline(*tenant, cancel, received, bytes_in, &nodes);
     if (status.has_value()) {
       requests_inline_.fetch_add(1, std::memory_order_relaxed);
       EndCall(request_id, trace.value, rpc, *tenant, *status, received, nodes, bytes_in,
@@ -161,11 +163,10 @@ grpc::ServerUnaryReactor* GradService::StartSessionCall(grpc::CallbackServerCont
     }
   }
   return new SessionReactor(
-      this, context,
-      [this, tenant = *tenant, &request, &request_id, &response, rpc, received,
+      this, std::move(cancel),
+      [this, tenant = *tenant, &request_id, &response, rpc, received, bytes_in,
        trace = std::move(trace.value),
        work = std::move(work)](const std::shared_ptr<autograd::CancellationToken>& cancel) {
-        const int64_t bytes_in = static_cast<int64_t>(request.ByteSizeLong());
         int64_t nodes = 0;
         const absl::Status status = work(tenant, cancel, received, bytes_in, &nodes);
         EndCall(request_id, trace, rpc, tenant, status, received, nodes, bytes_in,
@@ -229,7 +230,8 @@ grpc::ServerUnaryReactor* GradService::Backward(grpc::CallbackServerContext* con
   // cheap or the session is busy (Note [Session calls inline]).
   auto backward = [this, request, response](
                       Tenant* tenant, const std::shared_ptr<autograd::CancellationToken>& cancel,
-                      absl::Time received, bool inline_only) -> std::optional<absl::Status> {
+                      absl::Time received, int64_t bytes_in,
+                      bool inline_only) -> std::optional<absl::Status> {
     v1::GradRequest grad;  // the calls alone
     grad.set_request_id(request->request_id());
     *grad.mutable_calls() = request->calls();
@@ -242,11 +244,10 @@ grpc::ServerUnaryReactor* GradService::Backward(grpc::CallbackServerContext* con
     };
     std::optional<absl::Status> status;
     if (inline_only) {
-      const int64_t bytes = static_cast<int64_t>(request->ByteSizeLong());
       status = OnSessionIfFree(
           *sessions_, tenant, request->session_id(), BudgetOf(tenant),
           [&](int64_t pass_cost) {
-            const int64_t cost = EstimateBackwardCost(pass_cost, request->calls(), bytes);
+            const int64_t cost = EstimateBackwardCost(pass_cost, request->calls(), bytes_in);
             return cost != kUnboundedCost && cost <= options_.max_inline_cost;
           },
           run);
@@ -264,15 +265,15 @@ grpc::ServerUnaryReactor* GradService::Backward(grpc::CallbackServerContext* con
   if (options_.max_inline_cost > 0) {
     try_inline = [backward](Tenant* tenant,
                             const std::shared_ptr<autograd::CancellationToken>& cancel,
-                            absl::Time received, int64_t /*bytes_in*/, int64_t* /*nodes*/) {
-      return backward(tenant, cancel, received, /*inline_only=*/true);
+                            absl::Time received, int64_t bytes_in, int64_t* /*nodes*/) {
+      return backward(tenant, cancel, received, bytes_in, /*inline_only=*/true);
     };
   }
   return StartSessionCall(
       context, *request, request->request_id(), *response, metrics::Rpc::kBackward,
       [backward](Tenant* tenant, const std::shared_ptr<autograd::CancellationToken>& cancel,
-                 absl::Time received, int64_t /*bytes_in*/, int64_t* /*nodes*/) {
-        return *backward(tenant, cancel, received, /*inline_only=*/false);
+                 absl::Time received, int64_t bytes_in, int64_t* /*nodes*/) {
+        return *backward(tenant, cancel, received, bytes_in, /*inline_only=*/false);
       },
       std::move(try_inline));
 }
