@@ -55,16 +55,6 @@ std::string Quote(const std::string& s) {
   return out + "\"";
 }
 
-const char* DTypeName(v1::DType d) {
-  switch (d) {
-    case v1::DTYPE_FLOAT32: return "float32";
-    case v1::DTYPE_FLOAT64: return "float64";
-    case v1::DTYPE_INT64: return "int64";
-    case v1::DTYPE_BOOL: return "bool";
-    default: return "?";
-  }
-}
-
 // The number after the first `prefix` in message ("op #3" -> 3), or -1.
 int NumberAfter(const std::string& message, const std::string& prefix) {
   const size_t at = message.find(prefix);
@@ -97,7 +87,7 @@ std::string Dot(const v1::GradRequest& request, const client::GradResult* result
     producer[leaf.name()] = id;
     dot << "  " << id << " [shape=box, style=filled, fillcolor="
         << (leaf.requires_grad() ? "\"#cfe2ff\"" : "\"#eeeeee\"") << ", label="
-        << Quote(absl::StrCat(leaf.name(), "\n", DTypeName(leaf.value().dtype()), "[",
+        << Quote(absl::StrCat(leaf.name(), "\n", client::DTypeName(leaf.value().dtype()), "[",
                               absl::StrJoin(leaf.value().shape(), ", "), "]",
                               leaf.requires_grad() ? "\nrequires grad" : ""))
         << "];\n";
@@ -123,8 +113,8 @@ std::string Dot(const v1::GradRequest& request, const client::GradResult* result
   for (int c = 0; c < request.calls_size(); ++c) {
     const v1::BackwardCall& call = request.calls(c);
     const std::string id = absl::StrCat("call", c);
-    std::string label = absl::StrCat("call #", c, "\n",
-                                     call.accumulate_grad() ? "backward" : "grad");
+    std::string label =
+        absl::StrCat("call #", c, "\n", call.accumulate_grad() ? "backward" : "grad");
     if (call.create_graph()) absl::StrAppend(&label, "\ncreate_graph");
     dot << "  " << id << " [shape=diamond, label=" << Quote(label);
     if (c == highlight.call) dot << ", style=filled, fillcolor=\"#f8d7da\", color=red, penwidth=2";
@@ -152,7 +142,8 @@ std::string Dot(const v1::GradRequest& request, const client::GradResult* result
       }
       auto it = producer.find(input);
       dot << "  " << id << " -> " << (it == producer.end() ? Quote(input) : it->second)
-          << " [style=dashed, constraint=false, color=\"#0d6efd\", label=" << Quote(edge_label) << "];\n";
+          << " [style=dashed, constraint=false, color=\"#0d6efd\", label=" << Quote(edge_label)
+          << "];\n";
     }
   }
   if (!highlight.message.empty()) {

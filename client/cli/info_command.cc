@@ -19,21 +19,6 @@ ABSL_DECLARE_FLAG(std::string, format);
 namespace gradserve::cli {
 namespace {
 
-const char* DTypeShortName(int dtype) {
-  switch (dtype) {
-    case client::v1::DTYPE_FLOAT32:
-      return "float32";
-    case client::v1::DTYPE_FLOAT64:
-      return "float64";
-    case client::v1::DTYPE_INT64:
-      return "int64";
-    case client::v1::DTYPE_BOOL:
-      return "bool";
-    default:
-      return "?";
-  }
-}
-
 void PrintInfo(const client::v1::ServerInfo& info) {
   const client::v1::Limits& l = info.limits();
   std::printf("gradserve-server %s\n", info.version().c_str());
@@ -77,7 +62,8 @@ void PrintInfo(const client::v1::ServerInfo& info) {
   }
   for (const auto& op : info.ops()) {
     std::vector<std::string> dtypes;
-    for (int d : op.dtypes()) dtypes.push_back(DTypeShortName(d));
+    for (int d : op.dtypes())
+      dtypes.push_back(client::DTypeName(static_cast<client::v1::DType>(d)));
     std::printf("%s(%s%s) [%s]: %s\n", op.name().c_str(), absl::StrJoin(op.inputs(), ", ").c_str(),
                 op.variadic() ? "..." : "", absl::StrJoin(dtypes, ", ").c_str(), op.doc().c_str());
     for (const auto& a : op.attrs()) {
@@ -108,7 +94,7 @@ std::string MarkdownOutputs(const client::v1::OpInfo& op) {
 
 std::string MarkdownDTypes(const client::v1::OpInfo& op) {
   std::vector<std::string> dtypes;
-  for (int d : op.dtypes()) dtypes.push_back(DTypeShortName(d));
+  for (int d : op.dtypes()) dtypes.push_back(client::DTypeName(static_cast<client::v1::DType>(d)));
   return absl::StrJoin(dtypes, ", ");
 }
 
@@ -123,8 +109,10 @@ void PrintOpsMarkdown(const client::v1::ServerInfo& info) {
       info.ops_size(),
       " ops), with PyTorch's names, argument names and semantics. An op reads its inputs by "
       "value name in the order listed; optional inputs may be left out from the end. "
-      "Attributes are `Op.attrs` entries. float32 and float64 are differentiable; int64 and "
-      "bool serve as indices, targets and masks. A live server lists the same with "
+      "Attributes are `Op.attrs` entries. float32, float64, float16 and bfloat16 are "
+      "differentiable (the 16-bit types compute in float32: [Half precision](requests.md#half-"
+      "precision)); int64 and bool serve as indices, targets and masks. A live server lists the "
+      "same with "
       "`gradserve info --ops`.\n\n"
       "| op | PyTorch | inputs | outputs | dtypes |\n"
       "| --- | --- | --- | --- | --- |\n");

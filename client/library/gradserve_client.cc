@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -33,12 +34,26 @@ int64_t ElementBytes(v1::DType dtype) {
     case v1::DTYPE_FLOAT64:
     case v1::DTYPE_INT64:
       return 8;
+    case v1::DTYPE_FLOAT16:
+    case v1::DTYPE_BFLOAT16:
+      return 2;
     case v1::DTYPE_BOOL:
       return 1;
     default:
       return 0;
   }
 }
+
+// The value of IEEE 754 binary16 bits (exact in double).
+double HalfToDouble(uint16_t h) {
+  const int exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
+  double v = exponent == 0    ? std::ldexp(mantissa, -24)
+             : exponent == 31 ? (mantissa != 0 ? std::nan("") : HUGE_VAL)
+                              : std::ldexp(mantissa | 0x400, exponent - 25);
+  return (h & 0x8000) != 0 ? -v : v;
+}
+
+}  // namespace
 
 const char* DTypeName(v1::DType dtype) {
   switch (dtype) {
@@ -50,10 +65,16 @@ const char* DTypeName(v1::DType dtype) {
       return "int64";
     case v1::DTYPE_BOOL:
       return "bool";
+    case v1::DTYPE_FLOAT16:
+      return "float16";
+    case v1::DTYPE_BFLOAT16:
+      return "bfloat16";
     default:
       return "invalid";
   }
 }
+
+namespace {
 
 template <typename T>
 HostTensor Pack(v1::DType dtype, const std::vector<T>& values, std::vector<int64_t> shape) {
@@ -190,6 +211,21 @@ std::vector<double> HostTensor::ToDoubles() const {
         out[i] = static_cast<double>(v);
         break;
       }
+      case v1::DTYPE_FLOAT16: {
+        uint16_t h;
+        std::memcpy(&h, p, 2);
+        out[i] = HalfToDouble(h);
+        break;
+      }
+      case v1::DTYPE_BFLOAT16: {
+        uint16_t b;
+        std::memcpy(&b, p, 2);
+        const uint32_t bits = static_cast<uint32_t>(b) << 16;
+        float v;
+        std::memcpy(&v, &bits, 4);
+        out[i] = v;
+        break;
+      }
       default:
         out[i] = *p != 0 ? 1.0 : 0.0;
         break;
@@ -217,6 +253,10 @@ absl::StatusOr<HostTensor> HostTensor::FromProto(const v1::Tensor& tensor) {
   const int64_t n = t.numel();
   if (tensor.has_values()) {
     const v1::TensorValues& v = tensor.values();
+    if (size == 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a ", DTypeName(t.dtype), " tensor's values are read from data only, not values"));
+    }
     if (t.dtype == v1::DTYPE_FLOAT32) {
       t = Pack(t.dtype, std::vector<float>(v.doubles().begin(), v.doubles().end()), t.shape);
     } else if (t.dtype == v1::DTYPE_FLOAT64) {

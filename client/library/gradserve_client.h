@@ -67,6 +67,9 @@ struct HostTensor {
   static absl::StatusOr<HostTensor> FromProto(const v1::Tensor& tensor);
 };
 
+// PyTorch's name of a dtype: "float32", "float16", "bfloat16", ...; "invalid" for others.
+const char* DTypeName(v1::DType dtype);
+
 // "float32[2, 2] [[1, 2], [3, 4]]", with at most max_elements elements written out.
 std::string FormatTensor(const HostTensor& tensor, int max_elements = 16);
 

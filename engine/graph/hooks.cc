@@ -70,13 +70,20 @@ class NanToNumHook final : public TensorHook {
 
   Tensor operator()(const Tensor& grad) override {
     if (!grad.defined()) return grad;
-    const Tensor host = grad.To(kCPU).contiguous();
+    // A 16-bit gradient is mended in float32 (Note [Half precision computes in float32]); the
+    // where below rounds it back.
+    const DType dtype = IsHalfFloating(grad.dtype()) ? DType::kFloat32 : grad.dtype();
+    const Tensor host = grad.To(kCPU).To(dtype).contiguous();
     Tensor finite = Tensor::Empty(host.shape(), DType::kBool);
     Tensor replacement = host.ZerosLike();
     DispatchFloating(host.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      const T posinf = static_cast<T>(posinf_.value_or(std::numeric_limits<T>::max()));
-      const T neginf = static_cast<T>(neginf_.value_or(std::numeric_limits<T>::lowest()));
+      // PyTorch's defaults: the largest finite values of the gradient's own dtype.
+      const double largest = grad.dtype() == DType::kFloat16    ? 65504.0
+                             : grad.dtype() == DType::kBFloat16 ? 3.3895313892515355e38
+                                                                : std::numeric_limits<T>::max();
+      const T posinf = static_cast<T>(posinf_.value_or(largest));
+      const T neginf = static_cast<T>(neginf_.value_or(-largest));
       const T* in = host.data<T>();
       bool* keep = finite.data<bool>();
       T* repl = replacement.data<T>();
@@ -89,7 +96,8 @@ class NanToNumHook final : public TensorHook {
         }
       }
     });
-    return RunOp("where", {finite.To(grad.device()), grad, replacement.To(grad.device())});
+    return RunOp("where",
+                 {finite.To(grad.device()), grad, replacement.To(grad.device()).To(grad.dtype())});
   }
 
  private:

@@ -194,9 +194,9 @@ class Validator {
   absl::Status CheckLeafValue(const Leaf& leaf) {
     if (!leaf.value.defined()) return absl::InvalidArgumentError("the leaf has no tensor");
     if (leaf.requires_grad && !IsFloating(leaf.value.dtype())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("requires_grad needs a floating dtype (float32 or float64), got ",
-                       DTypeName(leaf.value.dtype())));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "requires_grad needs a floating dtype (float32, float64, float16 or bfloat16), got ",
+          DTypeName(leaf.value.dtype())));
     }
     if (leaf.value.numel() > limits_.max_tensor_elements) {
       return absl::ResourceExhaustedError(absl::StrCat(

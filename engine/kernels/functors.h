@@ -6,6 +6,7 @@
 
 #include <type_traits>
 
+#include "engine/tensor/half.h"
 #include "engine/util/host_device.h"
 #include "engine/util/wrapping.h"
 
@@ -35,7 +36,11 @@ template <typename To>
 struct CastTo {
   template <typename V>
   GS_HOST_DEVICE To operator()(V v) const {
-    if constexpr (kWrapsAround<To> && std::is_floating_point_v<V>) {
+    if constexpr (kIsHalfType<V>) {
+      return (*this)(static_cast<float>(v));  // through float, as any 16-bit float is read
+    } else if constexpr (kIsHalfType<To>) {
+      return To(static_cast<float>(v));
+    } else if constexpr (kWrapsAround<To> && std::is_floating_point_v<V>) {
       return TruncateToInteger<To>(v);  // Note [Integer tensors wrap around]
     } else {
       return static_cast<To>(v);

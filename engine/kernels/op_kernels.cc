@@ -15,10 +15,13 @@ int Rank(DType t) {
       return 0;
     case DType::kInt64:
       return 1;
-    case DType::kFloat32:
+    case DType::kFloat16:
+    case DType::kBFloat16:
       return 2;
-    case DType::kFloat64:
+    case DType::kFloat32:
       return 3;
+    case DType::kFloat64:
+      return 4;
   }
   return 0;
 }
@@ -42,17 +45,38 @@ MaybeDType CombineCategories(MaybeDType higher, MaybeDType lower) {
 
 }  // namespace
 
-DType PromoteTypes(DType a, DType b) { return Rank(a) >= Rank(b) ? a : b; }
+DType PromoteTypes(DType a, DType b) {
+  // float16 and bfloat16 hold no common 16-bit type: PyTorch gives float32.
+  if (a != b && IsHalfFloating(a) && IsHalfFloating(b)) return DType::kFloat32;
+  return Rank(a) >= Rank(b) ? a : b;
+}
+
+namespace {
+
+// Where a tensor takes part in result_type: dimensioned, or 0-d.
+void AddOperand(const Tensor& t, MaybeDType& dimensioned, MaybeDType& zero_dim) {
+  if (!t.defined()) return;
+  if (t.dim() > 0) {
+    dimensioned = PromoteMaybe(dimensioned, t.dtype());
+  } else {
+    zero_dim = PromoteMaybe(zero_dim, t.dtype());
+  }
+}
+
+}  // namespace
+
+std::optional<DType> FloatingResultType(absl::Span<const Tensor> tensors) {
+  MaybeDType dimensioned, zero_dim;
+  for (const Tensor& t : tensors) {
+    if (t.defined() && IsFloating(t.dtype())) AddOperand(t, dimensioned, zero_dim);
+  }
+  return CombineCategories(dimensioned, zero_dim);
+}
 
 DType ResultType(std::initializer_list<const Tensor*> tensors, ScalarKind scalar) {
   MaybeDType dimensioned, zero_dim, wrapped;
   for (const Tensor* t : tensors) {
-    if (t == nullptr || !t->defined()) continue;
-    if (t->dim() > 0) {
-      dimensioned = PromoteMaybe(dimensioned, t->dtype());
-    } else {
-      zero_dim = PromoteMaybe(zero_dim, t->dtype());
-    }
+    if (t != nullptr) AddOperand(*t, dimensioned, zero_dim);
   }
   switch (scalar) {
     case ScalarKind::kNone:
@@ -78,7 +102,8 @@ void RequireDefined(const char* op, const char* arg, const Tensor& t) {
 
 void RequireFloating(const char* op, const char* arg, const Tensor& t) {
   RequireDefined(op, arg, t);
-  GS_CHECK_ARG(IsFloating(t.dtype()), op, ": ", arg, " must be float32 or float64, got ",
+  GS_CHECK_ARG(IsFloating(t.dtype()), op, ": ", arg,
+               " must be floating (float32, float64, float16 or bfloat16), got ",
                DTypeName(t.dtype()));
 }
 

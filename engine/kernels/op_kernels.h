@@ -37,6 +37,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -56,7 +57,8 @@ namespace gradserve::ops {
 // What kind of Python-like scalar takes part in an op (a "wrapped number" in PyTorch).
 enum class ScalarKind { kNone, kBool, kInt, kFloat };
 
-// PyTorch's promote_types for the four dtypes: bool < int64 < float32 < float64.
+// PyTorch's promote_types: bool < int64 < float16, bfloat16 < float32 < float64, and float16
+// with bfloat16 gives float32.
 DType PromoteTypes(DType a, DType b);
 
 // PyTorch's result_type: dimensioned tensors decide unless a 0-d tensor, and then a scalar, is
@@ -66,10 +68,15 @@ DType PromoteTypes(DType a, DType b);
 DType ResultType(std::initializer_list<const Tensor*> tensors,
                  ScalarKind scalar = ScalarKind::kNone);
 
+// ResultType of the floating tensors among `tensors` (others and undefined ones skipped), or
+// nullopt if there is none.
+std::optional<DType> FloatingResultType(absl::Span<const Tensor> tensors);
+
 // --- Argument checks (each throws INVALID_ARGUMENT whose message starts with op) ---
 
 void RequireDefined(const char* op, const char* arg, const Tensor& t);
-// A floating dtype (float32, float64): "op: input must be float32 or float64, got int64".
+// A floating dtype: "op: input must be floating (float32, float64, float16 or bfloat16), got
+// int64".
 void RequireFloating(const char* op, const char* arg, const Tensor& t);
 // Not bool, for arithmetic PyTorch refuses on bool tensors (sub, neg, ...).
 void RequireNotBool(const char* op, const char* arg, const Tensor& t);
@@ -95,6 +102,11 @@ decltype(auto) DispatchNumeric(DType dtype, Fn&& fn) {
       break;
     case DType::kBool:
       GS_CHECK_INTERNAL(false, "bool reached a numeric kernel");
+      break;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      GS_CHECK_INTERNAL(false, "a 16-bit float reached a float32 kernel");
+      break;
   }
   return fn(int64_t{});
 }

@@ -7,6 +7,7 @@
 #include "engine/autograd/node.h"
 #include "engine/kernels/functors.h"
 #include "engine/kernels/op_kernels.h"
+#include "engine/ops/half_compute.h"
 #include "engine/ops/record.h"
 
 namespace gradserve::ops {
@@ -129,6 +130,9 @@ Tensor ExpandOver(const Tensor& reduced, const ReductionLayout& layout) {
 
 Tensor sum_to(const Tensor& grad, absl::Span<const int64_t> shape) {
   if (absl::MakeConstSpan(grad.shape()) == shape) return grad;
+  if (IsHalfFloating(grad.dtype())) {
+    return ComputeInFloat32(grad, [&](const Tensor& g) { return sum_to(g, shape); });
+  }
   return SumOver(grad, SumToLayout("sum_to", grad.shape(), shape), "SumBackward1");
 }
 

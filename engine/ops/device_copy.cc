@@ -58,7 +58,8 @@ void RegisterDeviceCopyOps(OpRegistry& registry) {
       {"device", AttrType::kString, false,
        "target device: 'cpu', 'sim:N', 'cuda:N' (default: the input's)"},
       {"dtype", AttrType::kString, false,
-       "target dtype: 'float32', 'float64', 'int64' or 'bool' (default: the input's)"},
+       "target dtype: 'float32', 'float64', 'float16', 'bfloat16', 'int64' or 'bool' (default: the "
+       "input's)"},
   };
   schema.dtypes = {DType::kFloat32, DType::kFloat64, DType::kInt64, DType::kBool};
   schema.run = [](const TensorList& in, const Attrs& attrs) {

@@ -8,6 +8,7 @@
 #include "engine/ops/broadcast.h"
 #include "engine/ops/elementwise.h"
 #include "engine/ops/formula_node.h"
+#include "engine/ops/half_compute.h"
 #include "engine/ops/inplace.h"
 #include "engine/ops/shape.h"
 #include "engine/ops/shape_common.h"
@@ -73,6 +74,9 @@ Tensor CumsumValues(const Tensor& input, int64_t dim) {
       case DType::kBool:
         CumsumKernel<bool, int64_t>(x.data<bool>(), out.data<int64_t>(), outer, size, inner);
         break;
+      case DType::kFloat16:
+      case DType::kBFloat16:
+        GS_CHECK_INTERNAL(false, "a 16-bit float reached a float32 kernel");
     }
   }
   return input.device() == out.device() ? out : out.To(input.device());
@@ -147,7 +151,9 @@ Tensor slice(const Tensor& input, int64_t dim, std::optional<int64_t> start,
                     const FormulaBackward&, const Tensor& g) -> TensorList {
                   const Tensor index = PositionIndex(
                       length, g.device(), [begin, step](int64_t k) { return begin + k * step; });
-                  return {IndexAddIntoZeros(in_shape, dim, index, g)};
+                  return {ComputeInFloat32(g, [&](const Tensor& g32) {
+                    return IndexAddIntoZeros(in_shape, dim, index, g32);
+                  })};
                 });
   MarkView(out, input);
   return out;

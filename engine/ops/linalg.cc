@@ -366,6 +366,12 @@ Tensor matmul(const Tensor& input, const Tensor& other) {
                " and ", DTypeName(other.dtype()));
   GS_CHECK_ARG(input.dtype() != DType::kBool, "matmul: bool tensors are not supported");
   const int64_t ra = input.dim(), rb = other.dim();
+  if (IsHalfFloating(input.dtype()) &&
+      (ra < 2 || rb < 2 || input.device().type != DeviceType::kCUDA)) {
+    // Note [Ops on 16-bit floats]: matrix products of 16-bit tensors on a GPU run as they are,
+    // on tensor cores; the others, like every op, in float32.
+    return to(matmul(to(input, DType::kFloat32), to(other, DType::kFloat32)), input.dtype());
+  }
   const int64_t k_input = input.shape()[ra - 1];
   const int64_t k_other = rb == 1 ? other.shape()[0] : other.shape()[rb - 2];
   GS_CHECK_ARG(k_input == k_other, "matmul: shapes ", ShapeToString(input.shape()), " and ",

@@ -1001,7 +1001,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   const DType dtype = PromoteTypes(input.dtype(), target.dtype());
   GS_CHECK_ARG(IsFloating(dtype), "mse_loss: input (", input.DebugString(), ") and target (",
                target.DebugString(), ") promote to ", DTypeName(dtype),
-               ", but the loss needs float32 or float64");
+               ", but the loss needs a floating dtype");
   Tensor x = input.dtype() == dtype ? input : to(input, dtype);
   Tensor t = target.dtype() == dtype ? target : to(target, dtype);
   if (x.shape() != t.shape()) {

@@ -31,7 +31,7 @@ struct DimSplit {
 // 2^31. `beta_one` adds into C instead of overwriting it.
 struct GemmBatch {
   int device_index = 0;           // the N of the operands' device (GPUs: "cuda:N")
-  DType dtype = DType::kFloat32;  // float32 or float64
+  DType dtype = DType::kFloat32;  // float32 or float64; float16 and bfloat16 on GPUs only
   bool ta = false, tb = false;
   int64_t m = 0, n = 0, k = 0;
   const void* a = nullptr;

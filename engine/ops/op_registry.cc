@@ -5,7 +5,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/kernels/op_kernels.h"
 #include "engine/ops/device_copy.h"
+#include "engine/ops/elementwise.h"
+#include "engine/ops/inplace.h"
+#include "engine/tensor/dtype.h"
 
 namespace gradserve::ops {
 namespace {
@@ -47,6 +51,60 @@ const absl::flat_hash_map<absl::string_view, absl::string_view>& TorchElsewhere(
   return *names;
 }
 
+// Note [Ops on 16-bit floats]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The ops' kernels are written for float32 and float64; float16 and bfloat16 tensors are
+// computed in float32 (Note [Half precision computes in float32] in engine/tensor/half.h). Seal
+// wraps each op's run in RunIn16BitFloats: when one of its floating inputs is 16-bit, each such
+// input is converted with `to` float32 (recorded, so its gradient goes back to 16 bits), the op
+// runs as on float32 tensors, and each float32 output is rounded back with `to` to the dtype
+// PyTorch gives: the promoted dtype of the floating inputs (float16 for float16 inputs, float32
+// when float32 or the other 16-bit type takes part), or for an in-place op self's, into whose
+// elements copy_ then writes the result. An op's forward thus rounds once, as PyTorch's kernels
+// do; its backward computes in float32 and rounds once where the gradient leaves the op, where
+// PyTorch's 16-bit backward kernels round each of their steps: equal within the 16-bit types'
+// tolerance, and never less accurate. A request with no 16-bit tensor pays one pass over the
+// inputs' dtypes.
+//
+// The ops in kKept16Bit take 16-bit tensors as they are. All but matmul move, view or convert
+// elements without arithmetic: a view must stay a view of its input's elements, and `to` is
+// the conversion itself. Their backward formulas are views, copies and `to` again, except
+// expand's sum_to and a strided slice's index_add, which convert as above themselves
+// (ComputeInFloat32 in engine/ops/half_compute.h). matmul multiplies 16-bit matrices on a GPU
+// with cuBLAS's float32-accumulating tensor-core products, as PyTorch does, and converts as
+// above everywhere else (engine/ops/linalg.cc).
+constexpr absl::string_view kKept16Bit[] = {
+    "cat",    "copy_", "expand",  "matmul", "narrow", "permute",   "reshape",
+    "select", "slice", "squeeze", "stack",  "to",     "transpose", "unsqueeze",
+};
+
+using RunFn = std::function<TensorList(const TensorList&, const Attrs&)>;
+
+RunFn RunIn16BitFloats(const std::string& name, RunFn run, bool in_place) {
+  return [name, run = std::move(run), in_place](const TensorList& inputs,
+                                                const Attrs& attrs) -> TensorList {
+    bool any_16bit = false;
+    for (const Tensor& t : inputs) any_16bit |= t.defined() && IsHalfFloating(t.dtype());
+    if (!any_16bit) return run(inputs, attrs);
+    // The op writes a float32 copy of self, so self's own checks come first, in its name.
+    if (in_place && !inputs.empty()) CheckInPlace(name.c_str(), inputs[0], {});
+    // torch.result_type of the floating inputs: a 0-d float64 keeps a float16 tensor's dtype.
+    const std::optional<DType> result =
+        in_place ? std::optional<DType>(inputs[0].dtype()) : FloatingResultType(inputs);
+    TensorList wide = inputs;
+    for (Tensor& t : wide) {
+      if (t.defined() && IsHalfFloating(t.dtype())) t = to(t, DType::kFloat32);
+    }
+    TensorList outputs = run(wide, attrs);
+    if (!result || !IsHalfFloating(*result)) return outputs;
+    for (Tensor& out : outputs) {
+      if (out.defined() && out.dtype() == DType::kFloat32) out = to(out, *result);
+    }
+    if (in_place && !outputs.empty()) outputs[0] = copy_(inputs[0], outputs[0]);
+    return outputs;
+  };
+}
+
 }  // namespace
 
 const OpRegistry& OpRegistry::Get() {
@@ -78,6 +136,15 @@ void OpRegistry::Seal() {
       } else {
         op.torch = absl::StrCat("torch.", op.name);
       }
+    }
+    // Note [Ops on 16-bit floats]
+    if (op.run &&
+        std::find(std::begin(kKept16Bit), std::end(kKept16Bit), op.name) == std::end(kKept16Bit)) {
+      op.run = RunIn16BitFloats(op.name, std::move(op.run), op.in_place);
+    }
+    if (std::find(op.dtypes.begin(), op.dtypes.end(), DType::kFloat32) != op.dtypes.end()) {
+      op.dtypes.push_back(DType::kFloat16);
+      op.dtypes.push_back(DType::kBFloat16);
     }
     by_name_.emplace(op.name, &op);
   }

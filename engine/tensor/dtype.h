@@ -1,6 +1,8 @@
 // Element types of a Tensor.
 //
-// float32 and float64 are differentiable; int64 and bool serve as indices, targets and masks.
+// float32, float64, float16 and bfloat16 are differentiable; int64 and bool serve as indices,
+// targets and masks. float16 and bfloat16 are stored in 16 bits and computed in float32 (Note
+// [Half precision computes in float32] in engine/tensor/half.h).
 
 #ifndef GRADSERVE_ENGINE_TENSOR_DTYPE_H_
 #define GRADSERVE_ENGINE_TENSOR_DTYPE_H_
@@ -10,10 +12,13 @@
 #include <optional>
 
 #include "absl/strings/string_view.h"
+#include "engine/tensor/half.h"
+#include "engine/util/status_error.h"
 
 namespace gradserve {
 
-enum class DType : uint8_t { kFloat32, kFloat64, kInt64, kBool };
+// The values are stable: they index tables and travel in the dispatcher's switches.
+enum class DType : uint8_t { kFloat32, kFloat64, kInt64, kBool, kFloat16, kBFloat16 };
 
 // Size in bytes of one element.
 constexpr size_t ElementSize(DType dtype) {
@@ -26,19 +31,28 @@ constexpr size_t ElementSize(DType dtype) {
       return 8;
     case DType::kBool:
       return 1;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return 2;
   }
   return 0;
 }
 
 // True for the dtypes gradients can flow through.
 constexpr bool IsFloating(DType dtype) {
-  return dtype == DType::kFloat32 || dtype == DType::kFloat64;
+  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 ||
+         dtype == DType::kBFloat16;
 }
 
-// "float32", "float64", "int64", "bool": PyTorch's names.
+// True for float16 and bfloat16, which ops compute in float32.
+constexpr bool IsHalfFloating(DType dtype) {
+  return dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+}
+
+// "float32", "float64", "int64", "bool", "float16", "bfloat16": PyTorch's names.
 const char* DTypeName(DType dtype);
 
-// Parses a name given by DTypeName (also "float", "double", "long").
+// Parses a name given by DTypeName (also "float", "double", "long", "half").
 std::optional<DType> ParseDType(absl::string_view name);
 
 // The C++ type of each dtype, for kernels.
@@ -60,9 +74,41 @@ template <>
 struct DTypeTraits<DType::kBool> {
   using type = bool;
 };
+template <>
+struct DTypeTraits<DType::kFloat16> {
+  using type = Half;
+};
+template <>
+struct DTypeTraits<DType::kBFloat16> {
+  using type = BFloat16;
+};
 
-// Calls fn with a value of the C++ element type (float, double, int64_t or bool) for dtype, e.g.
-//   DispatchDType(t.dtype(), [&](auto tag) { using T = decltype(tag); ... });
+// Calls fn with a value of the C++ element type of dtype (float, double, int64_t, bool, Half or
+// BFloat16), e.g.
+//   DispatchStorage(t.dtype(), [&](auto tag) { using T = decltype(tag); ... });
+// For the kernels that read and write every dtype: copies, fills, accumulation.
+template <typename Fn>
+decltype(auto) DispatchStorage(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return fn(float{});
+    case DType::kFloat64:
+      return fn(double{});
+    case DType::kInt64:
+      return fn(int64_t{});
+    case DType::kFloat16:
+      return fn(Half{});
+    case DType::kBFloat16:
+      return fn(BFloat16{});
+    case DType::kBool:
+      break;
+  }
+  return fn(bool{});
+}
+
+// As DispatchStorage for the compute dtypes (float32, float64, int64, bool), which the ops'
+// kernels are written for. float16 and bfloat16 never reach them (Note [Half precision computes
+// in float32]): one that does is a bug, refused as INTERNAL rather than read as another type.
 template <typename Fn>
 decltype(auto) DispatchDType(DType dtype, Fn&& fn) {
   switch (dtype) {
@@ -72,17 +118,23 @@ decltype(auto) DispatchDType(DType dtype, Fn&& fn) {
       return fn(double{});
     case DType::kInt64:
       return fn(int64_t{});
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      GS_CHECK_INTERNAL(false, "a 16-bit float reached a float32 kernel");
+      break;
     case DType::kBool:
       break;
   }
   return fn(bool{});
 }
 
-// As DispatchDType, for the floating dtypes only; other dtypes are the caller's error to check
-// first (they dispatch as float64).
+// As DispatchDType, for float32 and float64 only; other dtypes are the caller's error to check
+// first (INTERNAL here).
 template <typename Fn>
 decltype(auto) DispatchFloating(DType dtype, Fn&& fn) {
   if (dtype == DType::kFloat32) return fn(float{});
+  GS_CHECK_INTERNAL(dtype == DType::kFloat64, "a dtype other than float32 or float64 reached",
+                    " a floating kernel");
   return fn(double{});
 }
 

@@ -131,7 +131,7 @@ double Tensor::item() const {
   GS_CHECK_ARG(numel() == 1, "item() needs a tensor with one element, got ",
                ShapeToString(shape()));
   Tensor host = device().is_cpu() ? *this : To(kCPU);
-  return DispatchDType(dtype(), [&](auto tag) -> double {
+  return DispatchStorage(dtype(), [&](auto tag) -> double {
     using T = decltype(tag);
     return static_cast<double>(*host.data<T>());
   });

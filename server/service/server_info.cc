@@ -34,6 +34,8 @@ v1::OpInfo* AddGraphOp(v1::ServerInfo* info, const char* name, const char* torch
   op->set_num_outputs(num_outputs);
   op->add_dtypes(v1::DTYPE_FLOAT32);
   op->add_dtypes(v1::DTYPE_FLOAT64);
+  op->add_dtypes(v1::DTYPE_FLOAT16);
+  op->add_dtypes(v1::DTYPE_BFLOAT16);
   return op;
 }
 

@@ -209,7 +209,8 @@ absl::StatusOr<TensorPlan> PlanTensor(const v1::Tensor& t, const graph::Limits& 
     return absl::InvalidArgumentError(
         absl::StrCat(what(), ": dtype ",
                      enum_name.empty() ? absl::StrCat(static_cast<int>(t.dtype())) : enum_name,
-                     " is not one of DTYPE_FLOAT32, DTYPE_FLOAT64, DTYPE_INT64, DTYPE_BOOL"));
+                     " is not one of DTYPE_FLOAT32, DTYPE_FLOAT64, DTYPE_FLOAT16, DTYPE_BFLOAT16, "
+                     "DTYPE_INT64, DTYPE_BOOL"));
   }
   plan.dtype = *dtype;
   plan.shape.assign(t.shape().begin(), t.shape().end());
@@ -356,7 +357,7 @@ Tensor MakeTensor(const v1::Tensor& t, const TensorPlan& plan, const TensorSourc
     }
   } else if (t.contents_case() == v1::Tensor::kValues) {
     const v1::TensorValues& v = t.values();
-    DispatchDType(plan.dtype, [&](auto tag) {
+    DispatchStorage(plan.dtype, [&](auto tag) {
       using T = decltype(tag);
       T* out = host.data<T>();
       for (int64_t i = 0; i < plan.numel; ++i) {
@@ -699,6 +700,10 @@ std::optional<DType> FromProto(v1::DType dtype) {
       return DType::kInt64;
     case v1::DTYPE_BOOL:
       return DType::kBool;
+    case v1::DTYPE_FLOAT16:
+      return DType::kFloat16;
+    case v1::DTYPE_BFLOAT16:
+      return DType::kBFloat16;
     default:
       return std::nullopt;
   }
@@ -714,6 +719,10 @@ v1::DType ToProto(DType dtype) {
       return v1::DTYPE_INT64;
     case DType::kBool:
       return v1::DTYPE_BOOL;
+    case DType::kFloat16:
+      return v1::DTYPE_FLOAT16;
+    case DType::kBFloat16:
+      return v1::DTYPE_BFLOAT16;
   }
   return v1::DTYPE_UNSPECIFIED;
 }

@@ -142,7 +142,8 @@ TEST(ReductionValuesTest, IntegerAndBool) {
   EXPECT_EQ(sum(b).dtype(), DType::kInt64);
   ExpectNear(sum(b), {2});
   EXPECT_EQ(amax(b).dtype(), DType::kBool);
-  ExpectInvalid([&] { mean(i); }, "mean: input must be float32 or float64, got int64");
+  ExpectInvalid([&] { mean(i); },
+                "mean: input must be floating (float32, float64, float16 or bfloat16), got int64");
   ExpectInvalid(
       [&] {
         amax(Tensor::Zeros({2, 0}, DType::kFloat64), {1});

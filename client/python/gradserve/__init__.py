@@ -46,8 +46,9 @@ from gradserve.client import (CallResult, Client, GradResult, GradserveError,  #
 from gradserve.credentials import channel_credentials  # noqa: E402
 from gradserve.graph import GraphBuilder, attr_value, backward_call  # noqa: E402
 from gradserve.shared_memory import SharedMemory  # noqa: E402
-from gradserve.tensors import from_tensor, to_tensor  # noqa: E402
+from gradserve.tensors import (BFLOAT16, from_bfloat16, from_tensor, to_bfloat16,  # noqa: E402
+                               to_tensor)
 
-__all__ = ["CallResult", "Client", "GradResult", "GradserveError", "GraphBuilder", "Session",
-           "SharedMemory", "attr_value", "backward_call", "channel_credentials", "from_tensor",
-           "to_tensor"]
+__all__ = ["BFLOAT16", "CallResult", "Client", "GradResult", "GradserveError", "GraphBuilder",
+           "Session", "SharedMemory", "attr_value", "backward_call", "channel_credentials",
+           "from_bfloat16", "from_tensor", "to_bfloat16", "to_tensor"]

@@ -1,8 +1,10 @@
 """Conversion between numpy arrays and gradserve.v1.Tensor messages.
 
-Tensors travel as raw little-endian, row-major bytes (tensor.proto). Four dtypes exist:
-float32, float64, int64 and bool. Conversion never changes a dtype silently: an array of any
-other dtype is a TypeError (cast it first, e.g. ``a.astype(np.int64)``). Where a tensor is
+Tensors travel as raw little-endian, row-major bytes (tensor.proto). Six dtypes exist:
+float32, float64, float16, bfloat16, int64 and bool. numpy has no bfloat16, so a bfloat16 array
+is one of dtype ``BFLOAT16``, whose elements are the 16 bits of each value: make one with
+``to_bfloat16`` and read it with ``from_bfloat16``. Conversion never changes a dtype silently:
+an array of any other dtype is a TypeError (cast it first, e.g. ``a.astype(np.int64)``). Where a tensor is
 taken, a Tensor message may stand for the array: one whose bytes lie in shared memory
 (SharedMemory.put, gradserve/shared_memory.py) is sent as it is.
 
@@ -18,10 +20,15 @@ from numpy.typing import ArrayLike
 
 from gradserve.v1 import tensor_pb2
 
+# bfloat16 in numpy: a record of one field, the value's 16 bits (the upper half of its float32).
+BFLOAT16 = np.dtype([("bfloat16", "<u2")])
+
 # numpy dtype (little-endian) <-> wire dtype.
 _TO_WIRE: Dict[np.dtype, int] = {
     np.dtype("<f4"): tensor_pb2.DTYPE_FLOAT32,
     np.dtype("<f8"): tensor_pb2.DTYPE_FLOAT64,
+    np.dtype("<f2"): tensor_pb2.DTYPE_FLOAT16,
+    BFLOAT16: tensor_pb2.DTYPE_BFLOAT16,
     np.dtype("<i8"): tensor_pb2.DTYPE_INT64,
     np.dtype("bool"): tensor_pb2.DTYPE_BOOL,
 }
@@ -32,13 +39,29 @@ _FROM_WIRE: Dict[int, np.dtype] = {wire: dtype for dtype, wire in _TO_WIRE.items
 TensorInput = Union[ArrayLike, tensor_pb2.Tensor]
 
 
+def to_bfloat16(array: ArrayLike) -> np.ndarray:
+    """``array`` (any floating values) rounded to bfloat16, as an array of dtype BFLOAT16:
+    through float32, to nearest with ties to even, NaN kept a NaN, as torch.bfloat16 rounds."""
+    bits = np.ascontiguousarray(np.asarray(array, dtype=np.float32)).view(np.uint32)
+    nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    rounded = (bits.astype(np.uint64) + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    upper = np.where(nan, (bits >> 16) | 0x0040, rounded).astype("<u2")
+    return upper.view(BFLOAT16)
+
+
+def from_bfloat16(array: np.ndarray) -> np.ndarray:
+    """The float32 values of a BFLOAT16 array (exact)."""
+    bits = np.ascontiguousarray(array).view("<u2").astype(np.uint32) << 16
+    return bits.view(np.float32).reshape(array.shape)
+
+
 def to_tensor(array: ArrayLike, device: str = "") -> tensor_pb2.Tensor:
     """A Tensor message holding a copy of ``array``.
 
     array: a numpy array, or anything np.asarray accepts (Python floats become float64, ints
       int64, bools bool). Big-endian arrays are byte-swapped; any memory layout is sent in C order.
     device: where the tensor should live on the server ("" means cpu).
-    Raises TypeError for a dtype other than float32, float64, int64 or bool.
+    Raises TypeError for a dtype other than float32, float64, float16, BFLOAT16, int64 or bool.
     """
     return fill_tensor(tensor_pb2.Tensor(), array, device)
 
@@ -50,8 +73,8 @@ def wire_array(array: ArrayLike) -> np.ndarray:
     wire = _TO_WIRE.get(a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype)
     if wire is None:
         raise TypeError(
-            f"gradserve tensors are float32, float64, int64 or bool; got {a.dtype} "
-            "(cast it with astype first)")
+            f"gradserve tensors are float32, float64, float16, bfloat16 (BFLOAT16), int64 or "
+            f"bool; got {a.dtype} (cast it with astype, or to_bfloat16, first)")
     return a.astype(_FROM_WIRE[wire], copy=False)
 
 
@@ -109,7 +132,8 @@ def from_tensor(tensor: tensor_pb2.Tensor) -> np.ndarray:
     if contents == "values":
         v = tensor.values
         source = v.bools if dtype == np.bool_ else v.ints if dtype == np.int64 else v.doubles
-        flat = np.array(list(source), dtype=dtype)
+        flat = (to_bfloat16(list(source)) if dtype == BFLOAT16 else
+                np.array(list(source), dtype=dtype))
     else:
         if len(tensor.data) != numel * dtype.itemsize:
             raise ValueError(f"tensor of shape {list(shape)} and dtype {dtype} needs "
@@ -117,5 +141,7 @@ def from_tensor(tensor: tensor_pb2.Tensor) -> np.ndarray:
         flat = np.frombuffer(tensor.data, dtype=dtype).copy()
     if flat.size != numel:
         raise ValueError(f"tensor of shape {list(shape)} has {flat.size} values")
-    # Native byte order for the caller, whatever the host.
+    # Native byte order for the caller, whatever the host (BFLOAT16 stays as it is).
+    if dtype == BFLOAT16:
+        return flat.reshape(shape)
     return flat.astype(dtype.newbyteorder("="), copy=False).reshape(shape)

@@ -65,6 +65,8 @@ absl::StatusOr<CublasFunctions> LoadCublasFrom(const std::string& name,
   resolve(&f.dgemm, GS_CUBLAS_SYMBOL(cublasDgemm));
   resolve(&f.sgemm_strided_batched, GS_CUBLAS_SYMBOL(cublasSgemmStridedBatched));
   resolve(&f.dgemm_strided_batched, GS_CUBLAS_SYMBOL(cublasDgemmStridedBatched));
+  resolve(&f.gemm_ex, "cublasGemmEx");
+  resolve(&f.gemm_strided_batched_ex, "cublasGemmStridedBatchedEx");
   if (!status.ok()) {
     dlclose(library);
     return status;

@@ -47,6 +47,17 @@ struct CublasFunctions {
   decltype(&cublasDgemm) dgemm;
   decltype(&cublasSgemmStridedBatched) sgemm_strided_batched;
   decltype(&cublasDgemmStridedBatched) dgemm_strided_batched;
+  // The mixed-precision products (float16 and bfloat16 on tensor cores), spelled out: C++
+  // overloads of these names also exist.
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                            const void*, const void*, cudaDataType, int, const void*, cudaDataType,
+                            int, const void*, void*, cudaDataType, int, cublasComputeType_t,
+                            cublasGemmAlgo_t);
+  cublasStatus_t (*gemm_strided_batched_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t,
+                                            int, int, int, const void*, const void*, cudaDataType,
+                                            int, long long, const void*, cudaDataType, int,
+                                            long long, const void*, void*, cudaDataType, int,
+                                            long long, int, cublasComputeType_t, cublasGemmAlgo_t);
 };
 
 // The versioned file name the loader looks for first, and the toolkit's library directory of

@@ -70,11 +70,41 @@ void GemmBatchTyped(const GemmBatch& g) {
       static_cast<int>(g.ldc), g.stride_c, static_cast<int>(g.count)));
 }
 
+// float16 and bfloat16 operands and result, float32 accumulation (CUBLAS_COMPUTE_32F), as
+// PyTorch's 16-bit matmul: cuBLAS runs it on tensor cores.
+void GemmBatch16Bit(const GemmBatch& g) {
+  constexpr int64_t kMax = 2147483647;
+  GS_CHECK_ARG(g.m <= kMax && g.n <= kMax && g.k <= kMax && g.lda <= kMax && g.ldb <= kMax &&
+                   g.ldc <= kMax && g.count <= kMax,
+               "matmul: matrix sizes beyond 2^31 - 1 are not supported");
+  cuda::DeviceGuard guard(cuda::PhysicalIndex(g.device_index));
+  const cublasHandle_t handle = cuda::CublasHandle(g.device_index);
+  const float alpha = 1.0f, beta = g.beta_one ? 1.0f : 0.0f;
+  const cublasOperation_t op_a = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cudaDataType type = g.dtype == DType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
+  const cuda::CublasFunctions& cublas = cuda::CublasApi();
+  const int m = static_cast<int>(g.n), n = static_cast<int>(g.m), k = static_cast<int>(g.k);
+  if (g.count == 1) {
+    GS_CUBLAS_CHECK(cublas.gemm_ex(handle, op_b, op_a, m, n, k, &alpha, g.b, type,
+                                   static_cast<int>(g.ldb), g.a, type, static_cast<int>(g.lda),
+                                   &beta, g.c, type, static_cast<int>(g.ldc), CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT));
+    return;
+  }
+  GS_CUBLAS_CHECK(cublas.gemm_strided_batched_ex(
+      handle, op_b, op_a, m, n, k, &alpha, g.b, type, static_cast<int>(g.ldb), g.stride_b, g.a,
+      type, static_cast<int>(g.lda), g.stride_a, &beta, g.c, type, static_cast<int>(g.ldc),
+      g.stride_c, static_cast<int>(g.count), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 void GemmBatchCuda(const GemmBatch& g) {
   if (g.m == 0 || g.n == 0 || g.count == 0) return;
   GS_CHECK_INTERNAL(g.k > 0, "gemm: k = 0 reached the GPU gemm");
   if (g.dtype == DType::kFloat32) {
     GemmBatchTyped<float>(g);
+  } else if (IsHalfFloating(g.dtype)) {
+    GemmBatch16Bit(g);
   } else {
     GemmBatchTyped<double>(g);
   }

@@ -1,0 +1,318 @@
+// float16 and bfloat16: the conversions, PyTorch's promotion, and ops through the registry
+// computing in float32 with 16-bit results and gradients (Note [Half precision computes in
+// float32], Note [Ops on 16-bit floats]). Each graph runs twice: on 16-bit leaves, and on the
+// same values in float32; the two must agree within the 16-bit type's precision.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "engine/autograd/autograd.h"
+#include "engine/kernels/basic_kernels.h"
+#include "engine/kernels/op_kernels.h"
+#include "engine/ops/op_registry.h"
+#include "engine/tensor/half.h"
+#include "gtest/gtest.h"
+#include "tests/engine/cuda_test_util.h"
+#include "tests/engine/op_test_util.h"
+
+namespace gradserve {
+namespace {
+
+using ::gradserve::ops::Attrs;
+using ::gradserve::ops::OpRegistry;
+using ::gradserve::testing::op_test::ExpectInvalid;
+
+float HalfValue(uint16_t bits) { return static_cast<float>(Half::FromBits(bits)); }
+uint16_t HalfBits(float f) { return Half(f).bits; }
+uint16_t BFloat16Bits(float f) { return BFloat16(f).bits; }
+
+TEST(HalfConversionTest, RoundsToNearestEvenWithOverflowToInfinity) {
+  EXPECT_EQ(HalfBits(1.0f), 0x3C00);
+  EXPECT_EQ(HalfBits(-2.0f), 0xC000);
+  EXPECT_EQ(HalfBits(-0.0f), 0x8000);
+  EXPECT_EQ(HalfBits(65504.0f), 0x7BFF);  // the largest half
+  EXPECT_EQ(HalfBits(65519.0f), 0x7BFF);  // below the midpoint to 65536
+  EXPECT_EQ(HalfBits(65520.0f), 0x7C00);  // the midpoint rounds (to even) to infinity
+  EXPECT_EQ(HalfBits(std::numeric_limits<float>::infinity()), 0x7C00);
+  EXPECT_EQ(HalfBits(1.0f + std::ldexp(1.0f, -11)), 0x3C00);      // a tie: to even, down
+  EXPECT_EQ(HalfBits(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);  // a tie: to even, up
+  EXPECT_EQ(HalfBits(std::ldexp(1.0f, -14)), 0x0400);             // the least normal
+  EXPECT_EQ(HalfBits(std::ldexp(1.0f, -24)), 0x0001);             // the least subnormal
+  EXPECT_EQ(HalfBits(std::ldexp(1.0f, -25)), 0x0000);             // a tie: to even, zero
+  EXPECT_EQ(HalfBits(std::ldexp(3.0f, -26)), 0x0001);             // above the tie
+  EXPECT_EQ(HalfBits(std::ldexp(1023.5f, -24)), 0x0400);  // a subnormal carries into the normals
+  EXPECT_TRUE(std::isnan(HalfValue(HalfBits(std::nanf("")))));
+  EXPECT_EQ(HalfValue(0x3555), 0.333251953125f);
+  EXPECT_EQ(HalfValue(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(HalfValue(0xFC00), -std::numeric_limits<float>::infinity());
+}
+
+TEST(HalfConversionTest, EveryHalfAndBFloat16RoundTripsThroughFloat) {
+  for (uint32_t bits = 0; bits <= 0xFFFF; ++bits) {
+    const float h = HalfValue(static_cast<uint16_t>(bits));
+    const float b = static_cast<float>(BFloat16::FromBits(static_cast<uint16_t>(bits)));
+    if (std::isnan(h)) {
+      EXPECT_TRUE(std::isnan(HalfValue(HalfBits(h))));
+    } else {
+      ASSERT_EQ(HalfBits(h), bits) << h;
+    }
+    if (std::isnan(b)) {
+      EXPECT_TRUE(std::isnan(static_cast<float>(BFloat16(b))));
+    } else {
+      ASSERT_EQ(BFloat16Bits(b), bits) << b;
+    }
+  }
+}
+
+TEST(HalfConversionTest, BFloat16RoundsToNearestEven) {
+  EXPECT_EQ(BFloat16Bits(1.0f), 0x3F80);
+  EXPECT_EQ(BFloat16Bits(1.0f + std::ldexp(1.0f, -8)), 0x3F80);        // a tie: down to even
+  EXPECT_EQ(BFloat16Bits(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3F82);    // a tie: up to even
+  EXPECT_EQ(BFloat16Bits(std::numeric_limits<float>::max()), 0x7F80);  // rounds to infinity
+  EXPECT_EQ(BFloat16Bits(-std::numeric_limits<float>::infinity()), 0xFF80);
+  EXPECT_TRUE(std::isnan(static_cast<float>(BFloat16(std::nanf("")))));
+}
+
+TEST(HalfDTypeTest, NamesSizesAndPromotion) {
+  EXPECT_EQ(ElementSize(DType::kFloat16), 2u);
+  EXPECT_EQ(ElementSize(DType::kBFloat16), 2u);
+  EXPECT_TRUE(IsFloating(DType::kBFloat16));
+  EXPECT_EQ(ParseDType("half"), DType::kFloat16);
+  EXPECT_EQ(ParseDType("bfloat16"), DType::kBFloat16);
+  EXPECT_STREQ(DTypeName(DType::kFloat16), "float16");
+  using ops::PromoteTypes;
+  // torch.promote_types.
+  EXPECT_EQ(PromoteTypes(DType::kFloat16, DType::kBFloat16), DType::kFloat32);
+  EXPECT_EQ(PromoteTypes(DType::kFloat16, DType::kFloat32), DType::kFloat32);
+  EXPECT_EQ(PromoteTypes(DType::kBFloat16, DType::kFloat64), DType::kFloat64);
+  EXPECT_EQ(PromoteTypes(DType::kInt64, DType::kFloat16), DType::kFloat16);
+  EXPECT_EQ(PromoteTypes(DType::kBFloat16, DType::kBool), DType::kBFloat16);
+  // torch.result_type: a float scalar or a 0-d float32 tensor keeps a 16-bit tensor's dtype.
+  const Tensor h = Tensor::Zeros({3}, DType::kFloat16);
+  const Tensor f0 = Tensor::Zeros({}, DType::kFloat32);
+  const Tensor i = Tensor::Zeros({3}, DType::kInt64);
+  const Tensor b0 = Tensor::Zeros({}, DType::kBFloat16);
+  EXPECT_EQ(ops::ResultType({&h}, ops::ScalarKind::kFloat), DType::kFloat16);
+  EXPECT_EQ(ops::ResultType({&h, &f0}), DType::kFloat16);
+  EXPECT_EQ(ops::ResultType({&i, &b0}), DType::kBFloat16);
+}
+
+TEST(HalfDTypeTest, BasicKernelsReadAndWrite16Bits) {
+  const Tensor x = Tensor::FromVector<float>({1.5f, -2.25f, 65504.f, 1e-3f}, {4});
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    const Tensor h = x.To(dtype);
+    EXPECT_EQ(h.dtype(), dtype);
+    const Tensor back = h.To(DType::kFloat64);
+    EXPECT_EQ(back.data<double>()[0], 1.5);
+    EXPECT_EQ(back.data<double>()[1], -2.25);
+    const Tensor sum = AddSameShape(h, h);
+    EXPECT_EQ(sum.To(DType::kFloat32).data<float>()[0], 3.0f);
+    AccumulateInto(sum, h);
+    EXPECT_EQ(sum.To(DType::kFloat32).data<float>()[1], -6.75f);
+    EXPECT_FALSE(HasNaN(h));
+    Fill(sum, std::nan(""));
+    EXPECT_TRUE(HasNaN(sum));
+    EXPECT_EQ(Tensor::Scalar(0.1, dtype).item(),
+              static_cast<double>(h.dtype() == DType::kFloat16 ? HalfValue(HalfBits(0.1f))
+                                                               : float(BFloat16(0.1f))));
+  }
+  // float16 overflows at 65520, bfloat16 does not.
+  EXPECT_TRUE(std::isinf(Tensor::Scalar(70000, DType::kFloat16).item()));
+  EXPECT_EQ(Tensor::Scalar(70000, DType::kBFloat16).item(), 70144);
+}
+
+TensorList RunOps(const char* op, const TensorList& inputs, const Attrs& attrs = {}) {
+  const ops::OpSchema* schema = OpRegistry::Get().Find(op);
+  EXPECT_NE(schema, nullptr) << op;
+  if (schema == nullptr) return {};  // .at(0) then throws: the test fails, nothing crashes
+  return schema->run(inputs, attrs);
+}
+Tensor RunOp(const char* op, const TensorList& inputs, const Attrs& attrs = {}) {
+  return RunOps(op, inputs, attrs).at(0);
+}
+
+std::vector<float> Floats(const Tensor& t) {
+  const Tensor f = t.To(DType::kFloat32).contiguous();
+  return std::vector<float>(f.data<float>(), f.data<float>() + f.numel());
+}
+
+// Deterministic values in [-1, 1), rounded to dtype and kept as a leaf of that dtype.
+Tensor Leaf(absl::Span<const int64_t> shape, int seed, DType dtype) {
+  std::vector<float> v(static_cast<size_t>(CheckedNumel(shape).value()));
+  uint32_t state = 2654435761u * static_cast<uint32_t>(seed + 1);
+  for (float& x : v) {
+    state = state * 1664525u + 1013904223u;
+    x = static_cast<float>(state >> 8) / static_cast<float>(1 << 23) - 1.0f;
+  }
+  Tensor t = Tensor::FromVector(v, shape).To(dtype);
+  t.set_requires_grad(true);
+  return t;
+}
+
+// The same values as a float32 leaf.
+Tensor AsFloat32Leaf(const Tensor& leaf) {
+  Tensor t = leaf.detach().To(DType::kFloat32);
+  t.set_requires_grad(true);
+  return t;
+}
+
+void ExpectClose(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
+  const std::vector<float> g = Floats(got), w = Floats(want);
+  ASSERT_EQ(g.size(), w.size()) << what;
+  for (size_t i = 0; i < g.size(); ++i) {
+    EXPECT_NEAR(g[i], w[i], tol * (1 + std::abs(w[i]))) << what << " [" << i << "]";
+  }
+}
+
+// A small MLP with a broadcast bias (expand, whose backward sums in float32), an in-place
+// activation and a value used twice (its gradients accumulate in 16 bits).
+struct MlpResult {
+  Tensor loss;
+  TensorList grads;
+};
+MlpResult Mlp(const Tensor& x, const Tensor& w, const Tensor& b) {
+  Attrs size;
+  size.set("size", std::vector<int64_t>{4, 6});
+  Tensor h = RunOp("add", {RunOp("linear", {x, w}), RunOp("expand", {b}, size)});
+  h = RunOp("relu_", {h});
+  const Tensor t = RunOp("tanh", {h});
+  const Tensor loss = RunOp("sum", {RunOp("mul", {t, RunOp("add", {t, h})})});
+  auto grads = autograd::Grad({loss}, {Tensor()}, {x, w, b}, {});
+  EXPECT_TRUE(grads.ok()) << grads.status();
+  return {loss, grads.ok() ? *grads : TensorList{}};
+}
+
+class HalfOpsTest : public ::testing::TestWithParam<DType> {
+ protected:
+  // Relative tolerance: a few units in the last place of a 16-bit result.
+  double tol() const { return GetParam() == DType::kFloat16 ? 4e-3 : 3e-2; }
+};
+
+TEST_P(HalfOpsTest, MlpForwardAndGradientsMatchFloat32) {
+  const DType dtype = GetParam();
+  const Tensor x = Leaf({4, 8}, 1, dtype), w = Leaf({6, 8}, 2, dtype), b = Leaf({1, 6}, 3, dtype);
+  const MlpResult half = Mlp(x, w, b);
+  const MlpResult full = Mlp(AsFloat32Leaf(x), AsFloat32Leaf(w), AsFloat32Leaf(b));
+  EXPECT_EQ(half.loss.dtype(), dtype);
+  ExpectClose(half.loss, full.loss, tol(), "loss");
+  ASSERT_EQ(half.grads.size(), 3u);
+  const char* names[] = {"x", "w", "b"};
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(half.grads[i].dtype(), dtype) << names[i];
+    ExpectClose(half.grads[i], full.grads[i], tol(), names[i]);
+  }
+}
+
+TEST_P(HalfOpsTest, ViewsStayViewsAndInPlaceWritesThe16BitTensor) {
+  const DType dtype = GetParam();
+  Tensor x = Leaf({2, 3}, 4, dtype);
+  const Tensor y = RunOp("mul", {x, Tensor::Scalar(2, dtype)});
+  Attrs dims;
+  dims.set("dim0", int64_t{0});
+  dims.set("dim1", int64_t{1});
+  const Tensor view = RunOp("transpose", {y}, dims);
+  EXPECT_EQ(view.dtype(), dtype);
+  EXPECT_EQ(view.storage(), y.storage());
+  const int64_t version = y.version();
+  const Tensor written = RunOp("mul_", {y, Tensor::Scalar(3, DType::kFloat32)});
+  EXPECT_TRUE(written.is_same(y));
+  EXPECT_EQ(y.dtype(), dtype);
+  EXPECT_GT(y.version(), version);
+  EXPECT_EQ(Floats(view)[1], Floats(y)[3]);  // the view sees the write
+  EXPECT_NEAR(Floats(y)[3], Floats(x)[3] * 6, tol() * 6);
+  auto grads = autograd::Grad({RunOp("sum", {y})}, {Tensor()}, {x}, {});
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_EQ((*grads)[0].dtype(), dtype);
+  for (float g : Floats((*grads)[0])) EXPECT_EQ(g, 6.0f);
+}
+
+TEST_P(HalfOpsTest, MixedDtypesPromoteAsPyTorch) {
+  const DType dtype = GetParam();
+  const Tensor h = Leaf({3}, 5, dtype);
+  const Tensor f = Leaf({3}, 6, DType::kFloat32);
+  EXPECT_EQ(RunOp("add", {h, f}).dtype(), DType::kFloat32);
+  const DType other = dtype == DType::kFloat16 ? DType::kBFloat16 : DType::kFloat16;
+  EXPECT_EQ(RunOp("mul", {h, Leaf({3}, 7, other)}).dtype(), DType::kFloat32);
+  EXPECT_EQ(RunOp("add", {h, Tensor::Scalar(1, DType::kFloat64)}).dtype(), dtype);  // 0-d
+  Attrs dim;
+  dim.set("dim", int64_t{0});
+  const TensorList max = RunOps("max", {h}, dim);  // values keep the dtype, indices are int64
+  EXPECT_EQ(max.at(0).dtype(), dtype);
+  EXPECT_EQ(max.at(1).dtype(), DType::kInt64);
+  Attrs to;
+  to.set("dtype", std::string(DTypeName(dtype)));
+  const Tensor back = RunOp("to", {f}, to);
+  EXPECT_EQ(back.dtype(), dtype);
+  auto grads = autograd::Grad({RunOp("sum", {RunOp("mul", {back, h})})}, {Tensor()}, {f, h}, {});
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_EQ((*grads)[0].dtype(), DType::kFloat32);
+  EXPECT_EQ((*grads)[1].dtype(), dtype);
+}
+
+TEST_P(HalfOpsTest, ArgumentErrorsNameTheOp) {
+  const DType dtype = GetParam();
+  const Tensor h = Leaf({3}, 8, dtype);
+  ExpectInvalid([&] { RunOp("matmul", {h, Leaf({2}, 9, dtype)}); }, {"matmul"});
+  Tensor leaf = Leaf({3}, 10, dtype);
+  ExpectInvalid([&] { RunOp("relu_", {leaf}); }, {"relu_", "leaf"});
+}
+
+// The same leaves on a GPU, where matmul multiplies 16-bit matrices on tensor cores and every
+// other op computes in float32 as on the CPU; skipped without a GPU.
+class CudaHalfTest : public HalfOpsTest {
+ protected:
+  void SetUp() override {
+    if (const std::string why = testing::GpuUnavailable(); !why.empty()) GTEST_SKIP() << why;
+  }
+  static Tensor OnGpu(const Tensor& leaf) {
+    Tensor t = leaf.detach().To(testing::kGpu);
+    t.set_requires_grad(true);
+    return t;
+  }
+};
+
+TEST_P(CudaHalfTest, MlpMatchesTheCpu) {
+  const DType dtype = GetParam();
+  const Tensor x = Leaf({4, 8}, 1, dtype), w = Leaf({6, 8}, 2, dtype), b = Leaf({1, 6}, 3, dtype);
+  const MlpResult cpu = Mlp(x, w, b);
+  const MlpResult gpu = Mlp(OnGpu(x), OnGpu(w), OnGpu(b));
+  EXPECT_EQ(gpu.loss.device(), testing::kGpu);
+  ExpectClose(gpu.loss.To(kCPU), cpu.loss, tol(), "loss");
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(gpu.grads[i].dtype(), dtype);
+    ExpectClose(gpu.grads[i].To(kCPU), cpu.grads[i], tol(), "grad");
+  }
+}
+
+TEST_P(CudaHalfTest, BatchedMatmulOnTensorCoresMatchesFloat32) {
+  const DType dtype = GetParam();
+  const Tensor a = Leaf({3, 64, 128}, 11, dtype), b = Leaf({128, 96}, 12, dtype);
+  const Tensor ga = OnGpu(a), gb = OnGpu(b);
+  const Tensor got = RunOp("matmul", {ga, gb});
+  EXPECT_EQ(got.dtype(), dtype);
+  const Tensor fa = AsFloat32Leaf(a), fb = AsFloat32Leaf(b);
+  const Tensor want = RunOp("matmul", {fa, fb});
+  ExpectClose(got.To(kCPU), want, tol(), "matmul");
+  // The gradients are 16-bit products on the GPU too, b's summed over the batch.
+  auto g16 = autograd::Grad({RunOp("sum", {got})}, {Tensor()}, {ga, gb}, {});
+  auto g32 = autograd::Grad({RunOp("sum", {want})}, {Tensor()}, {fa, fb}, {});
+  ASSERT_TRUE(g16.ok()) << g16.status();
+  ASSERT_TRUE(g32.ok()) << g32.status();
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ((*g16)[i].dtype(), dtype);
+    ExpectClose((*g16)[i].To(kCPU), (*g32)[i], tol(), "grad");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaHalfTest, ::testing::Values(DType::kFloat16, DType::kBFloat16),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, HalfOpsTest, ::testing::Values(DType::kFloat16, DType::kBFloat16),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+}  // namespace
+}  // namespace gradserve
