@@ -29,15 +29,16 @@ thread_local std::shared_ptr<ReadyQueue> local_ready_queue;
 thread_local const GraphTask* current_graph_task = nullptr;
 
 // What a Node runs under: its pass as the current one, the pass's grad mode (create_graph),
-// memory budget and cancellation token (which the kernels check: Note [Stopping a running
-// op]).
+// memory budget, cancellation token (which the kernels check: Note [Stopping a running op])
+// and math mode (Note [TF32 per request]).
 class GraphTaskScope {
  public:
   explicit GraphTaskScope(const GraphTask* graph_task)
       : previous_(current_graph_task),
         grad_mode_(graph_task->grad_mode_),
         budget_(&graph_task->budget_),
-        cancel_(graph_task->cancel_.get()) {
+        cancel_(graph_task->cancel_.get()),
+        math_mode_(graph_task->math_mode_) {
     current_graph_task = graph_task;
   }
   ~GraphTaskScope() { current_graph_task = previous_; }
@@ -47,6 +48,7 @@ class GraphTaskScope {
   GradModeGuard grad_mode_;
   MemoryBudgetScope budget_;
   CancellationScope cancel_;
+  MathModeScope math_mode_;
 };
 
 uint64_t compute_min_topological_nr(const EdgeList& outputs) {
@@ -195,6 +197,7 @@ absl::StatusOr<TensorList> Engine::execute(const EdgeList& roots, TensorList see
                         : parent != nullptr       ? parent->cancel_
                                                   : nullptr;
   graph_task->budget_ = options.budget != nullptr ? options.budget : CurrentMemoryBudget();
+  graph_task->math_mode_ = CurrentMathMode();
 
   // A single root starts the pass itself; several need a GraphRoot to hand out their seeds.
   const bool skip_dummy_node = roots.size() == 1;

@@ -18,6 +18,7 @@
 #include "engine/ops/op_registry.h"
 #include "engine/ops/record.h"
 #include "engine/util/cancellation.h"
+#include "engine/util/math_mode.h"
 #include "engine/util/wrapping.h"
 
 namespace gradserve::ops {
@@ -167,6 +168,7 @@ Tensor MatmulKernel(Tensor a, Tensor b, bool ta, bool tb) {
   GemmBatch args;
   args.device_index = out.device().index;
   args.dtype = a.dtype();
+  args.allow_tf32 = CurrentMathMode().allow_tf32;
   args.ta = ma->trans;
   args.tb = mb->trans;
   args.m = m;

@@ -42,6 +42,8 @@ struct GemmBatch {
   int64_t ldc = 0, stride_c = 0;
   int64_t count = 1;
   bool beta_one = false;
+  // float32 on a GPU may use TF32 tensor cores (Note [TF32 per request]).
+  bool allow_tf32 = false;
 };
 using GemmBatchFn = void(const GemmBatch& args);
 extern KernelStub<GemmBatchFn> gemm_batch_stub;

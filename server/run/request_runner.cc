@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "engine/util/math_mode.h"
 #include "engine/util/quote.h"
 #include "engine/util/status_error.h"
 #include "server/run/graph_cache.h"
@@ -165,6 +166,7 @@ absl::Status RequestRunner::Run(const v1::GradRequest& request, const graph::Lim
                                 ChunkedRequest* chunked, ChunkedResponse* deferred,
                                 const std::string* op_records) {
   response->set_request_id(request.request_id());
+  MathModeScope math_mode({.allow_tf32 = request.allow_tf32()});  // Note [TF32 per request]
   return Catching([&] {
     return RunOrThrow(request, limits, cancel, admitted, response, chunked, deferred, op_records,
                       /*held=*/false);
@@ -175,6 +177,7 @@ absl::Status RequestRunner::RunForward(const v1::GradRequest& request, const gra
                                        const std::shared_ptr<autograd::CancellationToken>& cancel,
                                        absl::Time admitted, v1::GradResponse* response) {
   response->set_request_id(request.request_id());
+  MathModeScope math_mode({.allow_tf32 = request.allow_tf32()});  // Note [TF32 per request]
   return Catching([&] {
     return RunOrThrow(request, limits, cancel, admitted, response, nullptr, nullptr, nullptr,
                       /*held=*/true);
@@ -188,6 +191,7 @@ absl::Status RequestRunner::RunBackward(graph::RecordedGraph& g, const v1::GradR
                                         const std::shared_ptr<autograd::CancellationToken>& cancel,
                                         absl::Time admitted, v1::GradResponse* response) {
   response->set_request_id(calls.request_id());
+  MathModeScope math_mode({.allow_tf32 = calls.allow_tf32()});  // Note [TF32 per request]
   return Catching([&]() -> absl::Status {
     const absl::Time picked = absl::Now();
     v1::Timings* timings = response->mutable_timings();
@@ -213,6 +217,7 @@ absl::Status RequestRunner::RunExtend(graph::RecordedGraph& g, const v1::GradReq
                                       const std::shared_ptr<autograd::CancellationToken>& cancel,
                                       absl::Time admitted, v1::GradResponse* response) {
   response->set_request_id(extension.request_id());
+  MathModeScope math_mode({.allow_tf32 = extension.allow_tf32()});  // Note [TF32 per request]
   return Catching([&]() -> absl::Status {
     const absl::Time picked = absl::Now();
     v1::Timings* timings = response->mutable_timings();

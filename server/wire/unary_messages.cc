@@ -240,6 +240,7 @@ void UnaryMessages::Reset() {
   if (request_.has_graph()) request_.mutable_graph()->Clear();
   request_.mutable_calls()->Clear();
   request_.mutable_return_values()->Clear();
+  request_.clear_allow_tf32();
   request_.GetReflection()->MutableUnknownFields(&request_)->Clear();
   response_.Clear();
   request_bytes_ = 0;

@@ -15,6 +15,7 @@
 #include "engine/kernels/op_kernels.h"
 #include "engine/ops/op_registry.h"
 #include "engine/tensor/half.h"
+#include "engine/util/math_mode.h"
 #include "gtest/gtest.h"
 #include "tests/engine/cuda_test_util.h"
 #include "tests/engine/op_test_util.h"
@@ -306,6 +307,54 @@ TEST_P(CudaHalfTest, BatchedMatmulOnTensorCoresMatchesFloat32) {
     EXPECT_EQ((*g16)[i].dtype(), dtype);
     ExpectClose((*g16)[i].To(kCPU), (*g32)[i], tol(), "grad");
   }
+}
+
+// Note [TF32 per request]: float32 products on the GPU use TF32 only under a MathModeScope that
+// asks, in the forward pass and in the backward pass the scope's thread starts.
+TEST(CudaMathModeTest, Tf32OnlyWhenAsked) {
+  if (const std::string why = testing::GpuUnavailable(); !why.empty()) GTEST_SKIP() << why;
+  const Tensor a = Leaf({256, 256}, 21, DType::kFloat32), b = Leaf({256, 256}, 22, DType::kFloat32);
+  const Tensor exact =
+      RunOp("matmul", {a.detach().To(DType::kFloat64), b.detach().To(DType::kFloat64)});
+  auto max_error = [&](const Tensor& got, const Tensor& want) {
+    const std::vector<float> g = Floats(got.To(kCPU)), w = Floats(want);
+    double worst = 0;
+    for (size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(double(g[i]) - w[i]));
+    return worst;
+  };
+  // Gradient of sum(a @ b) by a: ones @ b^T, whose products are exact in float32 but not in TF32.
+  auto run = [&](bool allow_tf32, Tensor* grad) {
+    MathModeScope scope({.allow_tf32 = allow_tf32});
+    Tensor ga = a.detach().To(testing::kGpu);
+    ga.set_requires_grad(true);
+    const Tensor out = RunOp("matmul", {ga, b.detach().To(testing::kGpu)});
+    auto grads = autograd::Grad({RunOp("sum", {out})}, {Tensor()}, {ga}, {});
+    EXPECT_TRUE(grads.ok()) << grads.status();
+    if (grads.ok()) *grad = (*grads)[0];
+    return out;
+  };
+  Tensor strict_grad, tf32_grad;
+  const Tensor strict = run(false, &strict_grad);
+  const Tensor tf32 = run(true, &tf32_grad);
+  const double strict_error = max_error(strict, exact), tf32_error = max_error(tf32, exact);
+  EXPECT_LT(strict_error, 1e-4);
+  EXPECT_GT(tf32_error, 10 * strict_error);
+  EXPECT_LT(tf32_error, 0.1);
+  const Tensor exact_grad = RunOp("sum", {b.detach()}, [] {
+    Attrs attrs;
+    attrs.set("dim", std::vector<int64_t>{1});
+    return attrs;
+  }());
+  const Tensor row = RunOp("unsqueeze", {exact_grad}, [] {
+    Attrs attrs;
+    attrs.set("dim", int64_t{0});
+    return attrs;
+  }());
+  Attrs size;
+  size.set("size", std::vector<int64_t>{256, 256});
+  const Tensor want = RunOp("expand", {row}, size);
+  EXPECT_LT(max_error(strict_grad, want), 1e-4);
+  EXPECT_GT(max_error(tf32_grad, want), 10 * max_error(strict_grad, want));
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaHalfTest, ::testing::Values(DType::kFloat16, DType::kBFloat16),

@@ -177,6 +177,27 @@ class HalfPrecisionTest(ServerTestCase):
         np.testing.assert_array_equal(grads["h"], np.array([0.5, 4.0], np.float16))
         np.testing.assert_array_equal(from_bfloat16(grads["bf"]), np.array([1.5, -2.0]))
 
+    def test_allow_tf32_is_accepted_and_changes_nothing_on_the_cpu(self):
+        rng = np.random.default_rng(5)
+        a = rng.uniform(-1, 1, size=(16, 32)).astype(np.float32)
+        w = rng.uniform(-1, 1, size=(32, 8)).astype(np.float32)
+        results = []
+        for allow in (False, True):
+            b = GraphBuilder()
+            b.leaf("a", a, requires_grad=True)
+            b.leaf("w", w, requires_grad=True)
+            b.op("matmul", ["a", "w"], out="y")
+            b.op("sum", ["y"], out="loss")
+            b.backward_call("loss", inputs=["a", "w"])
+            b.return_values("y")
+            b.allow_tf32(allow)
+            self.assertEqual(b.request().allow_tf32, allow)
+            results.append(self.client.grad(b))
+        np.testing.assert_array_equal(results[0].values["y"], results[1].values["y"])
+        for name in ("a", "w"):
+            np.testing.assert_array_equal(results[0].calls[0].gradients[name],
+                                          results[1].calls[0].gradients[name])
+
 
 if __name__ == "__main__":
     unittest.main()

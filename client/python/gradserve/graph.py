@@ -102,6 +102,7 @@ class GraphBuilder:
         self._names: Set[str] = set(self._graph.inputs)
         self._calls: List[gradserve_pb2.BackwardCall] = []
         self._return_values: List[str] = []
+        self._allow_tf32 = False
 
     def _define(self, name: str) -> None:
         if not name:
@@ -167,6 +168,12 @@ class GraphBuilder:
         self._return_values.extend(names)
         return self
 
+    def allow_tf32(self, allow: bool = True) -> GraphBuilder:
+        """Lets float32 matrix products on a GPU use TF32 tensor cores
+        (torch.backends.cuda.matmul.allow_tf32); off unless asked."""
+        self._allow_tf32 = allow
+        return self
+
     def graph(self) -> graph_pb2.Graph:
         """A copy of the Graph message built so far."""
         copy = graph_pb2.Graph()
@@ -176,4 +183,5 @@ class GraphBuilder:
     def request(self, request_id: str = "") -> gradserve_pb2.GradRequest:
         """A GradRequest with this graph, its backward calls and return values."""
         return gradserve_pb2.GradRequest(request_id=request_id, graph=self._graph,
-                                         calls=self._calls, return_values=self._return_values)
+                                         calls=self._calls, return_values=self._return_values,
+                                         allow_tf32=self._allow_tf32)

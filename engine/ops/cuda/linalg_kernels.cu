@@ -10,6 +10,7 @@
 #include <cublas_v2.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "engine/device/cuda/cublas_handle.h"
 #include "engine/device/cuda/cublas_library.h"
@@ -63,6 +64,12 @@ void GemmBatchTyped(const GemmBatch& g) {
   const T alpha = T(1), beta = g.beta_one ? T(1) : T(0);
   const cublasOperation_t op_a = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if constexpr (std::is_same_v<T, float>) {
+    // The handle is the thread's, shared by its requests: the mode is set on every call (Note
+    // [TF32 per request]).
+    GS_CUBLAS_CHECK(cuda::CublasApi().set_math_mode(
+        handle, g.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  }
   GS_CUBLAS_CHECK(GemmStridedBatched<T>(
       handle, op_b, op_a, static_cast<int>(g.n), static_cast<int>(g.m), static_cast<int>(g.k),
       &alpha, static_cast<const T*>(g.b), static_cast<int>(g.ldb), g.stride_b,

@@ -79,6 +79,7 @@ v1::GradRequest Everything() {
           create_graph: true
         }
         return_values: "y"
+        allow_tf32: true
       )pb",
       &r);
   EXPECT_TRUE(parsed);
@@ -97,7 +98,7 @@ bool ReadsAs(const v1::GradRequest& got, v1::GradRequest want) {
 TEST(UnaryMessagesTest, EveryFieldOfTheRequestIsReset) {
   // Reset names GradRequest's fields one by one, to keep the objects under them: a field added
   // to the message must be added there too, or it would leak from one call into the next.
-  EXPECT_EQ(v1::GradRequest::descriptor()->field_count(), 4)
+  EXPECT_EQ(v1::GradRequest::descriptor()->field_count(), 5)
       << "UnaryMessages::Reset must empty every field of gradserve.v1.GradRequest";
 }
 
