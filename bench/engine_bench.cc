@@ -40,6 +40,7 @@
 #include "engine/ops/elementwise.h"
 #include "engine/ops/linalg.h"
 #include "engine/ops/nn.h"
+#include "engine/ops/op_registry.h"
 #include "engine/ops/reductions.h"
 #include "engine/ops/shape.h"
 #include "engine/tensor/memory_budget.h"
@@ -52,7 +53,8 @@
 
 ABSL_FLAG(std::string, scenario, "all",
           "Comma-separated: chain_10k, fanin_2k, mlp, mlp_big (batch 4096, width 4096, depth 4: "
-          "for GPUs), or all (the first three); or stop_latency alone: how long after its "
+          "for GPUs), mlp_big_bf16 (mlp_big in bfloat16), or all (the first three); or "
+          "stop_latency alone: how long after its "
           "deadline each of a list of long ops stops.");
 ABSL_FLAG(std::string, device, "cpu",
           "Where the graph's tensors live: cpu, or cuda:N (registers the GPUs first).");
@@ -116,23 +118,33 @@ Graph Fanin2k() {
   return {ops::sum(acc), {x}};
 }
 
+// An op through the op registry, as a request runs it: for the 16-bit dtypes, whose ops
+// compute in float32 there (Note [Ops on 16-bit floats]).
+Tensor RegistryOp(const char* name, const TensorList& inputs) {
+  return ops::OpRegistry::Get().Find(name)->run(inputs, {}).at(0);
+}
+
 // x = [batch, width] (no grad); four [width, width] weights; h = relu(h @ w); loss = h.sum().
-// mlp is batch 256, width 1024; mlp_big, batch 4096, width 4096, fills a GPU.
-Graph Mlp(int64_t batch, int64_t width) {
-  Tensor h = Values({batch, width}, 1, 4);
+// mlp is batch 256, width 1024; mlp_big, batch 4096, width 4096, fills a GPU; mlp_big_bf16 is
+// mlp_big in bfloat16.
+Graph Mlp(int64_t batch, int64_t width, DType dtype = DType::kFloat32) {
+  const bool registry = dtype != DType::kFloat32;
+  Tensor h = Values({batch, width}, 1, 4).To(dtype);
   TensorList weights;
   for (int layer = 0; layer < 4; ++layer) {
-    weights.push_back(
-        Leaf(Values({width, width}, 1.0f / std::sqrt(static_cast<float>(width)), 10 + layer)));
-    h = ops::relu(ops::matmul(h, weights.back()));
+    weights.push_back(Leaf(
+        Values({width, width}, 1.0f / std::sqrt(static_cast<float>(width)), 10 + layer).To(dtype)));
+    const Tensor product = ops::matmul(h, weights.back());
+    h = registry ? RegistryOp("relu", {product}) : ops::relu(product);
   }
-  return {ops::sum(h), weights};
+  return {registry ? RegistryOp("sum", {h}) : ops::sum(h), weights};
 }
 
 Graph Build(const std::string& scenario) {
   if (scenario == "chain_10k") return Chain10k();
   if (scenario == "fanin_2k") return Fanin2k();
   if (scenario == "mlp_big") return Mlp(4096, 4096);
+  if (scenario == "mlp_big_bf16") return Mlp(4096, 4096, DType::kBFloat16);
   return Mlp(256, 1024);
 }
 
@@ -411,7 +423,8 @@ int Main() {
     StopLatency(absl::GetFlag(FLAGS_repeats));
     return 0;
   }
-  const std::vector<std::string> known = {"chain_10k", "fanin_2k", "mlp", "mlp_big"};
+  const std::vector<std::string> known = {"chain_10k", "fanin_2k", "mlp", "mlp_big",
+                                          "mlp_big_bf16"};
   std::vector<std::string> scenarios;
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_scenario), ',')) {
     if (name == "all") {

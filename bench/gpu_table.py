@@ -12,6 +12,11 @@ import statistics
 import sys
 
 TARGET = 1.1
+# Per-scenario targets where they differ (issue 34: bfloat16 at most PyTorch's time).
+TARGETS = {"mlp_big_bf16": 1.0}
+# Matrix-product work of a backward pass, for TFLOP/s: mlp_big's four layers take 7 products
+# of 4096 x 4096 x 4096 (each weight's gradient, and the input gradients of layers 2 to 4).
+FLOPS = {"mlp_big": 7 * 2 * 4096**3, "mlp_big_bf16": 7 * 2 * 4096**3}
 
 
 def main(path):
@@ -33,9 +38,17 @@ def main(path):
         ratios = [a / b for a, b in pairs]
         mid = sorted(range(len(ratios)), key=lambda i: ratios[i])[len(ratios) // 2]
         a, b = pairs[mid]
-        met = "yes" if ratios[mid] <= TARGET else "NO"
+        target = TARGETS.get(scenario, TARGET)
+        met = "yes" if ratios[mid] <= target else "NO"
         print(f"| {scenario} | {a:.3f} | {b:.3f} | {ratios[mid]:.3f} | "
-              f"{min(ratios):.3f}-{max(ratios):.3f} | <= {TARGET} | {met} |")
+              f"{min(ratios):.3f}-{max(ratios):.3f} | <= {target} | {met} |")
+    for scenario, flops in FLOPS.items():
+        by_impl = rows.get(scenario, {})
+        rates = {impl: flops / (statistics.median(ms) * 1e-3) / 1e12
+                 for impl, ms in by_impl.items() if ms}
+        if rates:
+            print(f"{scenario}: matrix products at " + ", ".join(
+                f"{impl} {rate:.0f} TFLOP/s" for impl, rate in sorted(rates.items())))
 
 
 if __name__ == "__main__":

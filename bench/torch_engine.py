@@ -43,18 +43,19 @@ def fanin_2k():
     return acc.sum(), [x]
 
 
-def mlp(batch=256, width=1024):
-    h = values([batch, width], 1, 4)
+def mlp(batch=256, width=1024, dtype=torch.float32):
+    h = values([batch, width], 1, 4).to(dtype)
     weights = []
     for layer in range(4):
-        w = values([width, width], 1 / width**0.5, 10 + layer).requires_grad_()
+        w = values([width, width], 1 / width**0.5, 10 + layer).to(dtype).requires_grad_()
         weights.append(w)
         h = torch.relu(h @ w)
     return h.sum(), weights
 
 
 SCENARIOS = {"chain_10k": chain_10k, "fanin_2k": fanin_2k, "mlp": mlp,
-             "mlp_big": lambda: mlp(4096, 4096)}
+             "mlp_big": lambda: mlp(4096, 4096),
+             "mlp_big_bf16": lambda: mlp(4096, 4096, torch.bfloat16)}
 
 
 def synchronize():

@@ -114,7 +114,10 @@ TEST_F(CudaTest, MemoryStatsCountAllocatedReservedAndPeak) {
   {
     Tensor t = Tensor::Empty({4 << 20}, DType::kFloat32, kGpu);  // 16 MiB
     const MemoryStats held = *DeviceRegistry::Get().allocator(kGpu)->memory_stats();
-    EXPECT_EQ(held.allocated_bytes - before.allocated_bytes, int64_t{16} << 20);
+    // At least 16 MiB: a bigger block an earlier test left in the cache may serve it, and
+    // counts whole.
+    EXPECT_GE(held.allocated_bytes - before.allocated_bytes, int64_t{16} << 20);
+    EXPECT_LE(held.allocated_bytes - before.allocated_bytes, int64_t{32} << 20);  // FindCached
     EXPECT_GE(held.reserved_bytes, held.allocated_bytes);
     EXPECT_GE(held.peak_allocated_bytes, held.allocated_bytes);
   }
