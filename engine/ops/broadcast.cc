@@ -7,7 +7,6 @@
 #include "engine/autograd/node.h"
 #include "engine/kernels/functors.h"
 #include "engine/kernels/op_kernels.h"
-#include "engine/ops/half_compute.h"
 #include "engine/ops/record.h"
 
 namespace gradserve::ops {
@@ -102,12 +101,22 @@ Tensor SumOver(const Tensor& input, const ReductionLayout& layout, const char* n
   GS_CHECK_INTERNAL(input.shape() == layout.input_shape, "SumOver: input shape differs");
   const DType out_dtype = IsFloating(input.dtype()) ? input.dtype() : DType::kInt64;
   Tensor out = Tensor::Empty(layout.output_shape, out_dtype, input.device());
-  DispatchDType(input.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
-    using OutT = std::conditional_t<std::is_floating_point_v<T>, T, int64_t>;
-    ReduceKernel<T, Acc, OutT>(input, layout.reduced, out, Acc{0}, SumInto<Acc>{}, CastTo<OutT>{});
-  });
+  if (IsHalfFloating(input.dtype())) {
+    // Read as float32, summed in double as float32 is, rounded once (Note [16-bit elementwise
+    // kernels] in engine/ops/elementwise.cc).
+    DispatchHalf(input.dtype(), [&](auto tag) {
+      using H = decltype(tag);
+      ReduceKernel<H, double, H>(input, layout.reduced, out, 0.0, SumInto<double>{}, CastTo<H>{});
+    });
+  } else {
+    DispatchDType(input.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+      using OutT = std::conditional_t<std::is_floating_point_v<T>, T, int64_t>;
+      ReduceKernel<T, Acc, OutT>(input, layout.reduced, out, Acc{0}, SumInto<Acc>{},
+                                 CastTo<OutT>{});
+    });
+  }
   RecordOp<SumOverBackward>(out, {input}, node_name, layout);
   return out;
 }
@@ -130,9 +139,6 @@ Tensor ExpandOver(const Tensor& reduced, const ReductionLayout& layout) {
 
 Tensor sum_to(const Tensor& grad, absl::Span<const int64_t> shape) {
   if (absl::MakeConstSpan(grad.shape()) == shape) return grad;
-  if (IsHalfFloating(grad.dtype())) {
-    return ComputeInFloat32(grad, [&](const Tensor& g) { return sum_to(g, shape); });
-  }
   return SumOver(grad, SumToLayout("sum_to", grad.shape(), shape), "SumBackward1");
 }
 

@@ -105,12 +105,37 @@ struct CastResult {
   }
 };
 
+// Note [16-bit elementwise kernels]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The maps below also run on float16 and bfloat16 tensors, reading and writing 16 bits: the
+// kernel reads each operand as float32, calls the op's float32 functor (InFloat32) and rounds
+// its result once, as PyTorch's 16-bit kernels do with their float32 opmath type. The ops whose
+// every path (forward, backward, double backward) runs through these maps, views and `to` are
+// listed in Note [Ops on 16-bit floats] (engine/ops/op_registry.cc) and take 16-bit tensors
+// as they are; the others convert them to float32 around the op.
+template <typename Fn>
+struct InFloat32 {
+  Fn fn;
+  template <typename... V>
+  GS_HOST_DEVICE auto operator()(V... v) const {
+    return fn(static_cast<float>(v)...);
+  }
+};
+
 // A new tensor of `shape` in the dtype of the first input (all inputs share it), with
 // out = fn(inputs...) elementwise under broadcasting. kFloatingOnly instantiates fn for float
 // and double only (the caller has made sure the dtype is floating). fn is a functor struct
-// (Note [Kernels for every device]).
+// (Note [Kernels for every device]). 16-bit tensors run fn in float32 (Note [16-bit elementwise
+// kernels]).
 template <bool kFloatingOnly, typename Fn, typename... Ts>
 void MapOnto(const Tensor& out, const Fn& fn, const Ts&... ins) {
+  if (IsHalfFloating(out.dtype())) {
+    DispatchHalf(out.dtype(), [&](auto tag) {
+      using H = decltype(tag);
+      MapKernel<H, Same<Ts, H>...>(out, CastResult<H, InFloat32<Fn>>{{fn}}, ins...);
+    });
+    return;
+  }
   auto run = [&](auto tag) {
     using T = decltype(tag);
     MapKernel<T, Same<Ts, T>...>(out, CastResult<T, Fn>{fn}, ins...);
@@ -148,6 +173,13 @@ Tensor MapSameDTypeInto(const Tensor* into, const char* op, absl::Span<const int
 template <typename Fn, typename... Ts>
 Tensor FusedGrad(const Fn& fn, const Tensor& grad, const Ts&... saved) {
   if (!OwnedExclusively(grad)) return MapSameDType<true>(grad.shape(), fn, grad, saved...);
+  if (IsHalfFloating(grad.dtype())) {
+    DispatchHalf(grad.dtype(), [&](auto tag) {
+      using H = decltype(tag);
+      MapKernel<H, H, Same<Ts, H>...>(grad, CastResult<H, InFloat32<Fn>>{{fn}}, grad, saved...);
+    });
+    return grad;
+  }
   DispatchFloating(grad.dtype(), [&](auto tag) {
     using T = decltype(tag);
     MapKernel<T, T, Same<Ts, T>...>(grad, CastResult<T, Fn>{fn}, grad, saved...);
@@ -161,6 +193,13 @@ template <typename Pred, typename... Ts>
 Tensor Mask(absl::Span<const int64_t> shape, const Pred& pred, const Ts&... ins) {
   const Tensor& first = std::get<0>(std::forward_as_tuple(ins...));
   Tensor out = Tensor::Empty(shape, DType::kBool, first.device());
+  if (IsHalfFloating(first.dtype())) {
+    DispatchHalf(first.dtype(), [&](auto tag) {
+      using H = decltype(tag);
+      MapKernel<bool, Same<Ts, H>...>(out, InFloat32<Pred>{pred}, ins...);
+    });
+    return out;
+  }
   DispatchFloating(first.dtype(), [&](auto tag) {
     using T = decltype(tag);
     MapKernel<bool, Same<Ts, T>...>(out, pred, ins...);

@@ -53,30 +53,46 @@ const absl::flat_hash_map<absl::string_view, absl::string_view>& TorchElsewhere(
 
 // Note [Ops on 16-bit floats]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The ops' kernels are written for float32 and float64; float16 and bfloat16 tensors are
+// Most ops' kernels are written for float32 and float64; float16 and bfloat16 tensors are
 // computed in float32 (Note [Half precision computes in float32] in engine/tensor/half.h). Seal
-// wraps each op's run in RunIn16BitFloats: when one of its floating inputs is 16-bit, each such
-// input is converted with `to` float32 (recorded, so its gradient goes back to 16 bits), the op
-// runs as on float32 tensors, and each float32 output is rounded back with `to` to the dtype
-// PyTorch gives: the promoted dtype of the floating inputs (float16 for float16 inputs, float32
-// when float32 or the other 16-bit type takes part), or for an in-place op self's, into whose
-// elements copy_ then writes the result. An op's forward thus rounds once, as PyTorch's kernels
-// do; its backward computes in float32 and rounds once where the gradient leaves the op, where
-// PyTorch's 16-bit backward kernels round each of their steps: equal within the 16-bit types'
+// wraps the run of each op not listed below in RunIn16BitFloats: when one of its floating inputs is
+// 16-bit, each such input is converted with `to` float32 (recorded, so its gradient goes back to 16
+// bits), the op runs as on float32 tensors, and each float32 output is rounded back with `to` to
+// the dtype PyTorch gives: the promoted dtype of the floating inputs (float16 for float16 inputs,
+// float32 when float32 or the other 16-bit type takes part), or for an in-place op self's, into
+// whose elements copy_ then writes the result. An op's forward thus rounds once, as PyTorch's
+// kernels do; its backward computes in float32 and rounds once where the gradient leaves the op,
+// where PyTorch's 16-bit backward kernels round each of their steps: equal within the 16-bit types'
 // tolerance, and never less accurate. A request with no 16-bit tensor pays one pass over the
 // inputs' dtypes.
 //
 // The ops in kKept16Bit take 16-bit tensors as they are. All but matmul move, view or convert
 // elements without arithmetic: a view must stay a view of its input's elements, and `to` is
-// the conversion itself. Their backward formulas are views, copies and `to` again, except
-// expand's sum_to and a strided slice's index_add, which convert as above themselves
-// (ComputeInFloat32 in engine/ops/half_compute.h). matmul multiplies 16-bit matrices on a GPU
-// with cuBLAS's float32-accumulating tensor-core products, as PyTorch does, and converts as
-// above everywhere else (engine/ops/linalg.cc).
+// the conversion itself. Their backward formulas are views, copies and `to` again, except a
+// strided slice's index_add, which converts as above itself (ComputeInFloat32 in
+// engine/ops/half_compute.h), and expand's sum_to, which is in 16 bits below. matmul multiplies
+// 16-bit matrices on a GPU with cuBLAS's float32-accumulating tensor-core products, as PyTorch
+// does, and converts as above everywhere else (engine/ops/linalg.cc).
+//
+// The ops in kComputes16Bit compute 16-bit tensors themselves, with 16-bit reads and writes
+// around float32 arithmetic (Note [16-bit elementwise kernels] in engine/ops/elementwise.cc):
+// every path of theirs, forward, backward and double backward, runs through those maps, the
+// 16-bit sum (SumOver), views and `to`. HalfOpsTest.EveryOpComputing16BitMatchesFloat32
+// checks each one of them that way; an op joins the list only with a row there.
 constexpr absl::string_view kKept16Bit[] = {
     "cat",    "copy_", "expand",  "matmul", "narrow", "permute",   "reshape",
     "select", "slice", "squeeze", "stack",  "to",     "transpose", "unsqueeze",
 };
+constexpr absl::string_view kComputes16Bit[] = {
+    "abs",      "add", "add_", "cos", "div",  "div_",  "exp",   "gelu",
+    "log",      "mul", "mul_", "neg", "relu", "relu_", "rsqrt", "sigmoid",
+    "sigmoid_", "sin", "sqrt", "sub", "sub_", "sum",   "tanh",  "tanh_",
+};
+
+template <size_t N>
+bool Lists(const absl::string_view (&list)[N], absl::string_view name) {
+  return std::find(std::begin(list), std::end(list), name) != std::end(list);
+}
 
 using RunFn = std::function<TensorList(const TensorList&, const Attrs&)>;
 
@@ -138,8 +154,7 @@ void OpRegistry::Seal() {
       }
     }
     // Note [Ops on 16-bit floats]
-    if (op.run &&
-        std::find(std::begin(kKept16Bit), std::end(kKept16Bit), op.name) == std::end(kKept16Bit)) {
+    if (op.run && !Lists(kKept16Bit, op.name) && !Lists(kComputes16Bit, op.name)) {
       op.run = RunIn16BitFloats(op.name, std::move(op.run), op.in_place);
     }
     if (std::find(op.dtypes.begin(), op.dtypes.end(), DType::kFloat32) != op.dtypes.end()) {
@@ -156,5 +171,7 @@ const OpSchema* OpRegistry::Find(absl::string_view name) const {
 }
 
 void OpRegistry::Add(OpSchema schema) { ops_.push_back(std::move(schema)); }
+
+absl::Span<const absl::string_view> OpsComputing16Bit() { return kComputes16Bit; }
 
 }  // namespace gradserve::ops

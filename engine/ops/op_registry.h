@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "engine/ops/attributes.h"
 #include "engine/tensor/tensor.h"
 
@@ -73,6 +74,10 @@ class OpRegistry {
   // run). Keys view ops_'s names, which do not move once sealed.
   absl::flat_hash_map<absl::string_view, const OpSchema*> by_name_;
 };
+
+// The ops that compute float16 and bfloat16 tensors themselves rather than in float32 copies
+// (Note [Ops on 16-bit floats] in op_registry.cc), for the test that checks each of them.
+absl::Span<const absl::string_view> OpsComputing16Bit();
 
 // Each op family registers itself from its own file.
 void RegisterElementwiseOps(OpRegistry& registry);

@@ -106,6 +106,14 @@ decltype(auto) DispatchStorage(DType dtype, Fn&& fn) {
   return fn(bool{});
 }
 
+// Calls fn(Half{}) for float16 and fn(BFloat16{}) for bfloat16; the caller has checked that
+// dtype is one of them (IsHalfFloating).
+template <typename Fn>
+decltype(auto) DispatchHalf(DType dtype, Fn&& fn) {
+  if (dtype == DType::kFloat16) return fn(Half{});
+  return fn(BFloat16{});
+}
+
 // As DispatchStorage for the compute dtypes (float32, float64, int64, bool), which the ops'
 // kernels are written for. float16 and bfloat16 never reach them (Note [Half precision computes
 // in float32]): one that does is a bug, refused as INTERNAL rather than read as another type.

@@ -8,10 +8,12 @@
 // Note [Half precision computes in float32]
 // gradserve stores float16 and bfloat16 tensors in 16 bits and computes with them in float32, as
 // PyTorch's kernels do with their "opmath" type: an op reads its 16-bit inputs as float32,
-// computes and accumulates in float32, and rounds its result to 16 bits once. The ops get this
-// from the op registry (Note [Ops on 16-bit floats] in engine/ops/op_registry.cc), so no op's
-// own kernel knows of these types; only the basic kernels (fill, copy, accumulate, the NaN
-// check), which the Engine runs on gradients of any dtype, read and write them directly.
+// computes and accumulates in float32, and rounds its result to 16 bits once. Most ops get this
+// from the op registry, which converts their 16-bit inputs to float32 and their results back
+// (Note [Ops on 16-bit floats] in engine/ops/op_registry.cc). The elementwise maps and the sum
+// read and write 16 bits around float32 arithmetic themselves (Note [16-bit elementwise
+// kernels] in engine/ops/elementwise.cc), as do the basic kernels (fill, copy, accumulate, the
+// NaN check), which the Engine runs on gradients of any dtype.
 //
 // Thread safety: plain values.
 

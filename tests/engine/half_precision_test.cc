@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/autograd/autograd.h"
 #include "engine/kernels/basic_kernels.h"
 #include "engine/kernels/op_kernels.h"
@@ -193,6 +194,110 @@ class HalfOpsTest : public ::testing::TestWithParam<DType> {
   double tol() const { return GetParam() == DType::kFloat16 ? 4e-3 : 3e-2; }
 };
 
+// One row per op of OpsComputing16Bit (Note [Ops on 16-bit floats]).
+struct Computes16BitCase {
+  const char* op;
+  int inputs;     // tensor inputs, all leaves but an in-place op's self
+  bool in_place;  // self is a non-leaf copy of the first leaf
+  Attrs attrs;
+};
+
+std::vector<Computes16BitCase> Computes16BitCases() {
+  std::vector<Computes16BitCase> cases = {
+      {"add", 2, false, {}},     {"sub", 2, false, {}},     {"mul", 2, false, {}},
+      {"div", 2, false, {}},     {"add_", 2, true, {}},     {"sub_", 2, true, {}},
+      {"mul_", 2, true, {}},     {"div_", 2, true, {}},     {"abs", 1, false, {}},
+      {"neg", 1, false, {}},     {"exp", 1, false, {}},     {"log", 1, false, {}},
+      {"sqrt", 1, false, {}},    {"rsqrt", 1, false, {}},   {"sin", 1, false, {}},
+      {"cos", 1, false, {}},     {"tanh", 1, false, {}},    {"tanh_", 1, true, {}},
+      {"sigmoid", 1, false, {}}, {"sigmoid_", 1, true, {}}, {"relu", 1, false, {}},
+      {"relu_", 1, true, {}},    {"gelu", 1, false, {}},    {"sum", 1, false, {}},
+  };
+  return cases;
+}
+
+// Values in [0.25, 0.75): log, sqrt, rsqrt and div see ordinary values.
+Tensor Positive(absl::Span<const int64_t> shape, int seed, DType dtype, Device device) {
+  const Tensor raw = Leaf(shape, seed, DType::kFloat32).detach();
+  Tensor t = Tensor::Empty(shape, DType::kFloat32);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = 0.5f + 0.25f * raw.data<float>()[i];
+  return t.To(dtype).To(device);
+}
+
+// op's value, its gradients and its second derivatives (through a create_graph pass) for 16-bit
+// or float32 leaves of the same values, all computed on `device`.
+TensorList ValueAndDerivatives(const Computes16BitCase& c, DType dtype, Device device) {
+  const Shape shape = {3, 4};
+  TensorList leaves;
+  for (int k = 0; k < c.inputs; ++k) {
+    Tensor leaf = Positive(shape, 30 + k, dtype, device);
+    leaf.set_requires_grad(true);
+    leaves.push_back(leaf);
+  }
+  TensorList inputs = leaves;
+  if (c.in_place) inputs[0] = RunOp("mul", {leaves[0], Tensor::Scalar(1, dtype, device)});
+  const Tensor out = RunOp(c.op, inputs, c.attrs);
+  const Tensor seed = Positive(out.shape(), 40, dtype, device);
+  const Tensor loss = RunOp("sum", {RunOp("mul", {out, seed})});
+  autograd::BackwardOptions create;
+  create.create_graph = true;
+  create.retain_graph = true;
+  auto grads = autograd::Grad({loss}, {Tensor()}, leaves, create);
+  EXPECT_TRUE(grads.ok()) << c.op << ": " << grads.status();
+  if (!grads.ok()) return {};
+  Tensor total;
+  for (int k = 0; k < c.inputs; ++k) {
+    const Tensor term =
+        RunOp("sum", {RunOp("mul", {(*grads)[k], Positive(shape, 50 + k, dtype, device)})});
+    total = k == 0 ? term : RunOp("add", {total, term});
+  }
+  autograd::BackwardOptions zeros;
+  zeros.materialize_grads = true;
+  TensorList result = {out};
+  for (const Tensor& g : *grads) result.push_back(g);
+  if (total.requires_grad()) {  // relu's, abs's and sum's gradients are constant
+    auto second = autograd::Grad({total}, {Tensor()}, leaves, zeros);
+    EXPECT_TRUE(second.ok()) << c.op << ": " << second.status();
+    if (second.ok()) result.insert(result.end(), second->begin(), second->end());
+  }
+  return result;
+}
+
+void ExpectComputes16Bit(DType dtype, Device device, double tol) {
+  std::vector<std::string> listed;
+  for (absl::string_view op : ops::OpsComputing16Bit()) listed.emplace_back(op);
+  std::vector<std::string> tested;
+  for (const Computes16BitCase& c : Computes16BitCases()) {
+    tested.emplace_back(c.op);
+    SCOPED_TRACE(c.op);
+    try {
+      const TensorList half = ValueAndDerivatives(c, dtype, device);
+      const TensorList full = ValueAndDerivatives(c, DType::kFloat32, device);
+      if (half.size() != full.size()) {
+        ADD_FAILURE() << c.op << ": " << half.size() << " results in 16 bits, " << full.size()
+                      << " in float32";
+        continue;
+      }
+      for (size_t i = 0; i < half.size(); ++i) {
+        EXPECT_EQ(half[i].dtype(), dtype) << "result " << i;
+        // Second derivatives pass through more roundings.
+        ExpectClose(half[i].To(kCPU), full[i].To(kCPU),
+                    i <= static_cast<size_t>(c.inputs) ? tol : 3 * tol,
+                    absl::StrCat(c.op, " result ", i));
+      }
+    } catch (const StatusError& e) {
+      ADD_FAILURE() << c.op << ": " << e.status();
+    }
+  }
+  std::sort(listed.begin(), listed.end());
+  std::sort(tested.begin(), tested.end());
+  EXPECT_EQ(listed, tested) << "each op of OpsComputing16Bit needs a row here, and only those";
+}
+
+TEST_P(HalfOpsTest, EveryOpComputing16BitMatchesFloat32) {
+  ExpectComputes16Bit(GetParam(), kCPU, tol());
+}
+
 TEST_P(HalfOpsTest, MlpForwardAndGradientsMatchFloat32) {
   const DType dtype = GetParam();
   const Tensor x = Leaf({4, 8}, 1, dtype), w = Leaf({6, 8}, 2, dtype), b = Leaf({1, 6}, 3, dtype);
@@ -287,6 +392,10 @@ TEST_P(CudaHalfTest, MlpMatchesTheCpu) {
     EXPECT_EQ(gpu.grads[i].dtype(), dtype);
     ExpectClose(gpu.grads[i].To(kCPU), cpu.grads[i], tol(), "grad");
   }
+}
+
+TEST_P(CudaHalfTest, EveryOpComputing16BitMatchesFloat32) {
+  ExpectComputes16Bit(GetParam(), testing::kGpu, tol());
 }
 
 TEST_P(CudaHalfTest, BatchedMatmulOnTensorCoresMatchesFloat32) {
