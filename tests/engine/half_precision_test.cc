@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
@@ -392,6 +394,32 @@ TEST_P(CudaHalfTest, MlpMatchesTheCpu) {
     EXPECT_EQ(gpu.grads[i].dtype(), dtype);
     ExpectClose(gpu.grads[i].To(kCPU), cpu.grads[i], tol(), "grad");
   }
+}
+
+// PyTorch CUDA's own loss and gradients for the same MLP on the same values, written by
+// scripts/gpu/torch_half_reference.py, which scripts/gpu/check runs first and names in
+// GRADSERVE_TORCH_HALF_REFERENCE; skipped without it.
+TEST_P(CudaHalfTest, MlpMatchesPyTorchCuda) {
+  const char* path = std::getenv("GRADSERVE_TORCH_HALF_REFERENCE");
+  if (path == nullptr) GTEST_SKIP() << "GRADSERVE_TORCH_HALF_REFERENCE is not set";
+  constexpr size_t kPerDtype = 1 + 4 * 8 + 6 * 8 + 6;  // loss, x, w, b
+  std::vector<float> all(2 * kPerDtype);
+  std::ifstream in(path, std::ios::binary);
+  in.read(reinterpret_cast<char*>(all.data()), static_cast<std::streamsize>(all.size() * 4));
+  ASSERT_TRUE(in) << "cannot read " << 2 * kPerDtype << " floats from " << path;
+  const DType dtype = GetParam();
+  const float* torch = all.data() + (dtype == DType::kFloat16 ? 0 : kPerDtype);
+  const Tensor x = Leaf({4, 8}, 1, dtype), w = Leaf({6, 8}, 2, dtype), b = Leaf({1, 6}, 3, dtype);
+  const MlpResult gpu = Mlp(OnGpu(x), OnGpu(w), OnGpu(b));
+  ASSERT_EQ(gpu.grads.size(), 3u);
+  auto reference = [&](size_t offset, std::vector<int64_t> shape) {
+    const int64_t n = CheckedNumel(shape).value();
+    return Tensor::FromVector(std::vector<float>(torch + offset, torch + offset + n), shape);
+  };
+  ExpectClose(gpu.loss.To(kCPU), reference(0, {}), tol(), "loss");
+  ExpectClose(gpu.grads[0].To(kCPU), reference(1, {4, 8}), tol(), "grad x");
+  ExpectClose(gpu.grads[1].To(kCPU), reference(1 + 32, {6, 8}), tol(), "grad w");
+  ExpectClose(gpu.grads[2].To(kCPU), reference(1 + 32 + 48, {1, 6}), tol(), "grad b");
 }
 
 TEST_P(CudaHalfTest, EveryOpComputing16BitMatchesFloat32) {
