@@ -120,6 +120,23 @@ class TorchBridgeTest(unittest.TestCase):
         torch.manual_seed(0)
         self.check_module(TransformerBlock(), (torch.randn(2, 5, 8, dtype=torch.float64),))
 
+    def test_mlp_in_bfloat16(self):
+        # A bfloat16 model travels as bfloat16 and its gradients come back as torch.bfloat16,
+        # within bfloat16's precision of PyTorch's own (Debian's PyTorch computes it on the CPU).
+        torch.manual_seed(0)
+        module = Mlp().to(torch.bfloat16).eval()
+        inputs = (torch.randn(5, 8).to(torch.bfloat16), torch.tensor([0, 3, 1, 2, 3]))
+        traced = gtorch.to_graph(module, inputs)
+        result = self.client.grad(traced.request())
+        remote = traced.gradients(result)
+        local = local_gradients(module, inputs)
+        self.assertEqual(set(remote), set(local))
+        for name, grad in local.items():
+            self.assertEqual(remote[name].dtype, torch.bfloat16, name)
+            scale = max(float(grad.float().abs().max()), 1e-3)
+            err = float((remote[name].float() - grad.float()).abs().max()) / scale
+            self.assertLessEqual(err, 4e-2, name)
+
     def test_function_with_an_input_that_requires_grad(self):
         x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
         w = torch.randn(4, 2, dtype=torch.float64)

@@ -39,6 +39,7 @@ except ImportError as e:  # pragma: no cover
 
 from gradserve.client import GradResult
 from gradserve.graph import GraphBuilder
+from gradserve.tensors import BFLOAT16, from_bfloat16, to_bfloat16
 
 
 class UnsupportedError(ValueError):
@@ -83,8 +84,23 @@ class TracedGraph:
         for name, leaf in list(self.parameters.items()) + list(self.inputs.items()):
             if leaf in by_leaf:
                 g = by_leaf[leaf]
-                out[name] = None if g is None else torch.from_numpy(g)
+                out[name] = None if g is None else _to_torch(g)
         return out
+
+
+def _to_numpy(t: torch.Tensor) -> Any:
+    """A tensor's values as the array the client sends: bfloat16 as BFLOAT16 (exact)."""
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return to_bfloat16(t.float().numpy())
+    return t.numpy()
+
+
+def _to_torch(a: Any) -> torch.Tensor:
+    """An array from the server as a tensor: BFLOAT16 as torch.bfloat16 (exact)."""
+    if a.dtype == BFLOAT16:
+        return torch.from_numpy(from_bfloat16(a)).to(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 # Elementwise ops with one tensor input, by the callables that mean them.
@@ -137,7 +153,7 @@ class _Writer:
     def leaf_for(self, qualified: str, tensor: torch.Tensor) -> str:
         if qualified not in self.leaves:
             requires = isinstance(tensor, nn.Parameter) and tensor.requires_grad
-            self.b.leaf(qualified, tensor.detach().cpu().numpy(), requires_grad=requires)
+            self.b.leaf(qualified, _to_numpy(tensor), requires_grad=requires)
             self.leaves[qualified] = qualified
             if requires:
                 self.parameters[qualified] = qualified
@@ -443,7 +459,7 @@ def to_graph(module: Union[nn.Module, Callable], example_inputs: Sequence[Any]) 
             if not isinstance(example, torch.Tensor):
                 raise UnsupportedError(f"gradserve.torch: input {node.name} is a "
                                        f"{type(example).__name__}, not a tensor")
-            builder.leaf(node.name, example.detach().cpu().numpy(),
+            builder.leaf(node.name, _to_numpy(example),
                          requires_grad=example.requires_grad)
             writer.names[node] = inputs[node.name] = node.name
             if example.requires_grad:
