@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	gradserve "gradserve.dev/client/go"
+	pb "gradserve.dev/client/go/gradserve/v1"
 )
 
 var (
@@ -152,6 +153,47 @@ func TestFloat32AndSeedsAndUnused(t *testing.T) {
 	}
 	if _, err := result.Calls[0].Floats("b"); err == nil || !strings.Contains(err.Error(), "not connected") {
 		t.Fatalf("Floats(b) = %v, want a not-connected error", err)
+	}
+}
+
+// float16 and bfloat16 leaves: gradients come back in their dtype, read with Floats.
+func TestSixteenBitTensors(t *testing.T) {
+	server := startServer(t)
+	client := dial(t, server.address)
+	for _, make16 := range []func([]float32, ...int64) (gradserve.Tensor, error){gradserve.Float16, gradserve.BFloat16} {
+		g := gradserve.NewGraph()
+		x := g.Must(make16([]float32{0.5, -1.5, 3, 65504}))
+		g.Leaf("x", x, gradserve.RequiresGrad()).
+			Op("mul", []string{"x", "x"}, "y").
+			Op("sum", []string{"y"}, "s").
+			Backward([]string{"s"}, gradserve.Inputs("x"))
+		req, err := g.Request("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		result, err := client.Grad(timeout(t, 30*time.Second), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gx := result.Calls[0].Gradients["x"]
+		if gx.DType() != x.DType() {
+			t.Fatalf("gradient is %v, want %v", gx.DType(), x.DType())
+		}
+		got, err := gx.Floats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent, _ := x.Floats()
+		for i := range got {
+			// 2x is exact in 16 bits, but for 2 * 65504, past float16's range.
+			want := 2 * sent[i]
+			if x.DType() == pb.DType_DTYPE_FLOAT16 && want > 65504 {
+				want = math.Inf(1)
+			}
+			if got[i] != want {
+				t.Fatalf("%v: dx = %v, want %v", x.DType(), got, want)
+			}
+		}
 	}
 }
 

@@ -61,6 +61,92 @@ func Float32(values []float32, shape ...int64) (Tensor, error) {
 	return Tensor{&pb.Tensor{Dtype: pb.DType_DTYPE_FLOAT32, Shape: s, Contents: &pb.Tensor_Data{Data: data}}}, nil
 }
 
+// Float16 is a float16 tensor of values rounded to IEEE binary16 (to nearest, ties to even, past
+// 65504 to infinity), as torch.float16 rounds; see Float32. The server computes it in float32.
+func Float16(values []float32, shape ...int64) (Tensor, error) {
+	return sixteenBit(pb.DType_DTYPE_FLOAT16, values, shape, halfBits)
+}
+
+// BFloat16 is a bfloat16 tensor of values rounded to bfloat16 (the upper half of a float32, to
+// nearest, ties to even), as torch.bfloat16 rounds; see Float32.
+func BFloat16(values []float32, shape ...int64) (Tensor, error) {
+	return sixteenBit(pb.DType_DTYPE_BFLOAT16, values, shape, bfloat16Bits)
+}
+
+func sixteenBit(d pb.DType, values []float32, shape []int64, bits func(float32) uint16) (Tensor, error) {
+	s, err := shapeFor(len(values), shape)
+	if err != nil {
+		return Tensor{}, err
+	}
+	data := make([]byte, 2*len(values))
+	for i, v := range values {
+		binary.LittleEndian.PutUint16(data[2*i:], bits(v))
+	}
+	return Tensor{&pb.Tensor{Dtype: d, Shape: s, Contents: &pb.Tensor_Data{Data: data}}}, nil
+}
+
+func bfloat16Bits(v float32) uint16 {
+	x := math.Float32bits(v)
+	if x&0x7FFFFFFF > 0x7F800000 {
+		return uint16(x>>16) | 0x0040 // NaN stays a quiet NaN
+	}
+	return uint16((uint64(x) + 0x7FFF + uint64((x>>16)&1)) >> 16)
+}
+
+func halfBits(v float32) uint16 {
+	x := math.Float32bits(v)
+	sign := uint16(x>>16) & 0x8000
+	abs := x & 0x7FFFFFFF
+	switch {
+	case abs > 0x7F800000:
+		return sign | 0x7E00
+	case abs >= 0x477FF000: // 65520 and above, and infinity
+		return sign | 0x7C00
+	case abs < 0x38800000: // below 2^-14: subnormal, or zero below 2^-25
+		exponent := abs >> 23
+		if exponent < 102 {
+			return sign
+		}
+		mantissa := abs&0x7FFFFF | 0x800000
+		shift := 126 - exponent
+		m := mantissa >> shift
+		rest, halfway := mantissa&(1<<shift-1), uint32(1)<<(shift-1)
+		if rest > halfway || rest == halfway && m&1 == 1 {
+			m++
+		}
+		return sign | uint16(m)
+	}
+	b := (abs>>23-112)<<10 | (abs&0x7FFFFF)>>13
+	if rest := abs & 0x1FFF; rest > 0x1000 || rest == 0x1000 && b&1 == 1 {
+		b++
+	}
+	return sign | uint16(b)
+}
+
+// The float32 value of 16 bits of dtype d (exact).
+func sixteenBitValue(d pb.DType, b uint16) float32 {
+	if d == pb.DType_DTYPE_BFLOAT16 {
+		return math.Float32frombits(uint32(b) << 16)
+	}
+	exponent, mantissa := int(b>>10)&0x1F, float64(b&0x3FF)
+	var v float64
+	switch exponent {
+	case 0:
+		v = math.Ldexp(mantissa, -24)
+	case 31:
+		v = math.Inf(1)
+		if mantissa != 0 {
+			v = math.NaN()
+		}
+	default:
+		v = math.Ldexp(mantissa+1024, exponent-25)
+	}
+	if b&0x8000 != 0 {
+		v = -v
+	}
+	return float32(v)
+}
+
 // Float64 is a float64 tensor; see Float32.
 func Float64(values []float64, shape ...int64) (Tensor, error) {
 	s, err := shapeFor(len(values), shape)
@@ -128,6 +214,13 @@ func FromProto(m *pb.Tensor) (Tensor, error) {
 			return Float64(v.Doubles, m.Shape...)
 		case pb.DType_DTYPE_INT64:
 			return Int64(v.Ints, m.Shape...)
+		case pb.DType_DTYPE_FLOAT16, pb.DType_DTYPE_BFLOAT16:
+			f := make([]float32, len(v.Doubles))
+			for i, d := range v.Doubles {
+				f[i] = float32(d)
+			}
+			return sixteenBit(m.Dtype, f, m.Shape, map[pb.DType]func(float32) uint16{
+				pb.DType_DTYPE_FLOAT16: halfBits, pb.DType_DTYPE_BFLOAT16: bfloat16Bits}[m.Dtype])
 		default:
 			return Bool(v.Bools, m.Shape...)
 		}
@@ -145,6 +238,8 @@ func elementSize(d pb.DType) int64 {
 		return 4
 	case pb.DType_DTYPE_FLOAT64, pb.DType_DTYPE_INT64:
 		return 8
+	case pb.DType_DTYPE_FLOAT16, pb.DType_DTYPE_BFLOAT16:
+		return 2
 	case pb.DType_DTYPE_BOOL:
 		return 1
 	}
@@ -233,8 +328,17 @@ func (t Tensor) Bools() ([]bool, error) {
 	return out, nil
 }
 
-// Floats is a float tensor's elements as float64, whatever its float dtype.
+// Floats is a float tensor's elements as float64, whatever its float dtype (float16 and
+// bfloat16 exactly).
 func (t Tensor) Floats() ([]float64, error) {
+	if d := t.DType(); d == pb.DType_DTYPE_FLOAT16 || d == pb.DType_DTYPE_BFLOAT16 {
+		data := t.msg.GetData()
+		out := make([]float64, len(data)/2)
+		for i := range out {
+			out[i] = float64(sixteenBitValue(d, binary.LittleEndian.Uint16(data[2*i:])))
+		}
+		return out, nil
+	}
 	if t.DType() == pb.DType_DTYPE_FLOAT32 {
 		f, err := t.Float32s()
 		out := make([]float64, len(f))
