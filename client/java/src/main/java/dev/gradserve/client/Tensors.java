@@ -11,8 +11,8 @@ import java.util.List;
 /**
  * Tensors on the wire: a dtype, a shape and raw little-endian row-major bytes (tensor.proto).
  *
- * <p>Make one with {@link #float32}, {@link #float64}, {@link #int64} or {@link #bool} from an
- * array and a shape (outermost first; none: 1-d, or a scalar for one value), read one with
+ * <p>Make one with {@link #float32}, {@link #float64}, {@link #float16}, {@link #bfloat16},
+ * {@link #int64} or {@link #bool} from an array and a shape (outermost first; none: 1-d, or a scalar for one value), read one with
  * {@link #toFloats}, {@link #toDoubles}, {@link #toLongs} or {@link #toBooleans}. Mistakes (a
  * shape that does not match the values, the wrong dtype) throw IllegalArgumentException. The
  * methods are pure and thread-safe.
@@ -58,6 +58,92 @@ public final class Tensors {
     b.asFloatBuffer().put(values);
     b.position(4 * values.length);
     return make(DType.DTYPE_FLOAT32, s, b);
+  }
+
+  /**
+   * A float16 tensor of values rounded to IEEE binary16 (to nearest, ties to even, past 65504 to
+   * infinity), as torch.float16 rounds. The server computes it in float32.
+   */
+  public static Tensor float16(float[] values, long... shape) {
+    long[] s = shapeFor(values.length, shape);
+    ByteBuffer b = buffer(2 * values.length);
+    for (float v : values) {
+      b.putShort(halfBits(v));
+    }
+    return make(DType.DTYPE_FLOAT16, s, b);
+  }
+
+  /**
+   * A bfloat16 tensor of values rounded to bfloat16 (the upper half of a float32, to nearest,
+   * ties to even), as torch.bfloat16 rounds.
+   */
+  public static Tensor bfloat16(float[] values, long... shape) {
+    long[] s = shapeFor(values.length, shape);
+    ByteBuffer b = buffer(2 * values.length);
+    for (float v : values) {
+      b.putShort(bfloat16Bits(v));
+    }
+    return make(DType.DTYPE_BFLOAT16, s, b);
+  }
+
+  static short bfloat16Bits(float v) {
+    long x = Float.floatToRawIntBits(v) & 0xFFFFFFFFL;
+    if ((x & 0x7FFFFFFFL) > 0x7F800000L) {
+      return (short) ((x >>> 16) | 0x0040); // NaN stays a quiet NaN
+    }
+    return (short) ((x + 0x7FFF + ((x >>> 16) & 1)) >>> 16);
+  }
+
+  static short halfBits(float v) {
+    int x = Float.floatToRawIntBits(v);
+    int sign = (x >>> 16) & 0x8000;
+    int abs = x & 0x7FFFFFFF;
+    if (abs > 0x7F800000) {
+      return (short) (sign | 0x7E00);
+    }
+    if (abs >= 0x477FF000) { // 65520 and above, and infinity
+      return (short) (sign | 0x7C00);
+    }
+    if (abs < 0x38800000) { // below 2^-14: subnormal, or zero below 2^-25
+      int exponent = abs >>> 23;
+      if (exponent < 102) {
+        return (short) sign;
+      }
+      int mantissa = (abs & 0x7FFFFF) | 0x800000;
+      int shift = 126 - exponent;
+      int m = mantissa >>> shift;
+      int rest = mantissa & ((1 << shift) - 1);
+      int halfway = 1 << (shift - 1);
+      if (rest > halfway || (rest == halfway && (m & 1) == 1)) {
+        m++;
+      }
+      return (short) (sign | m);
+    }
+    int bits = (((abs >>> 23) - 112) << 10) | ((abs & 0x7FFFFF) >>> 13);
+    int rest = abs & 0x1FFF;
+    if (rest > 0x1000 || (rest == 0x1000 && (bits & 1) == 1)) {
+      bits++;
+    }
+    return (short) (sign | bits);
+  }
+
+  /** The value of 16 bits of a float16 or bfloat16 tensor (exact). */
+  static float sixteenBitValue(DType dtype, short bits) {
+    int b = bits & 0xFFFF;
+    if (dtype == DType.DTYPE_BFLOAT16) {
+      return Float.intBitsToFloat(b << 16);
+    }
+    int exponent = (b >>> 10) & 0x1F;
+    int mantissa = b & 0x3FF;
+    double v;
+    if (exponent == 0) {
+      v = Math.scalb((double) mantissa, -24);
+    } else if (exponent == 31) {
+      v = mantissa != 0 ? Double.NaN : Double.POSITIVE_INFINITY;
+    } else {
+      v = Math.scalb((double) (mantissa | 0x400), exponent - 25);
+    }
+    return (float) ((b & 0x8000) != 0 ? -v : v);
   }
 
   /** A float64 tensor holding a copy of values. */
@@ -116,8 +202,16 @@ public final class Tensors {
     return out;
   }
 
-  /** A float tensor's elements as doubles, whatever its float dtype. */
+  /** A float tensor's elements as doubles, whatever its float dtype (16-bit ones exactly). */
   public static double[] toDoubles(Tensor t) {
+    if (t.getDtype() == DType.DTYPE_FLOAT16 || t.getDtype() == DType.DTYPE_BFLOAT16) {
+      ByteBuffer b = data(t, t.getDtype(), 2);
+      double[] out = new double[b.remaining() / 2];
+      for (int i = 0; i < out.length; i++) {
+        out[i] = sixteenBitValue(t.getDtype(), b.getShort());
+      }
+      return out;
+    }
     if (t.getDtype() == DType.DTYPE_FLOAT32) {
       float[] f = toFloats(t);
       double[] out = new double[f.length];

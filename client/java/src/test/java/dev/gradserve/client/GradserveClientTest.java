@@ -101,6 +101,32 @@ class GradserveClientTest {
     }
   }
 
+  /** float16 and bfloat16 leaves: gradients come back in their dtype, read exactly. */
+  @Test
+  void sixteenBitTensors() throws Exception {
+    try (ServerProcess server = new ServerProcess();
+        GradserveClient client = connect(server.address)) {
+      float[] xs = {0.5f, -1.5f, 3f, 65504f};
+      for (boolean half : new boolean[] {true, false}) {
+        dev.gradserve.v1.Tensor x = half ? Tensors.float16(xs) : Tensors.bfloat16(xs);
+        GraphBuilder g = new GraphBuilder()
+            .leaf("x", x, true)
+            .op("mul", List.of("x", "x"), "y")
+            .op("sum", List.of("y"), "s")
+            .backward(BackwardCall.newBuilder().addRoots("s").addInputs("x").build());
+        GradResult r = client.withDeadlineAfter(30, TimeUnit.SECONDS).grad(g);
+        assertEquals(x.getDtype(), r.call(0).gradient("x").getDtype());
+        double[] sent = Tensors.toDoubles(x);
+        double[] got = r.call(0).doubles("x");
+        for (int i = 0; i < xs.length; i++) {
+          // 2x is exact in 16 bits, but for 2 * 65504, past float16's range.
+          double want = half && 2 * sent[i] > 65504 ? Double.POSITIVE_INFINITY : 2 * sent[i];
+          assertEquals(want, got[i], 0.0, x.getDtype() + " element " + i);
+        }
+      }
+    }
+  }
+
   @Test
   void float32SeedsAndUnusedInputs() throws Exception {
     try (ServerProcess server = new ServerProcess();
