@@ -1,7 +1,8 @@
 // Types of the gradserve Node.js package (index.js).
 import type { ChannelCredentials, Metadata, ServiceError, status as grpcStatus } from '@grpc/grpc-js';
 
-export type DTypeName = 'DTYPE_FLOAT32' | 'DTYPE_FLOAT64' | 'DTYPE_INT64' | 'DTYPE_BOOL';
+export type DTypeName =
+  'DTYPE_FLOAT32' | 'DTYPE_FLOAT64' | 'DTYPE_INT64' | 'DTYPE_BOOL' | 'DTYPE_FLOAT16' | 'DTYPE_BFLOAT16';
 
 /** A Tensor message as grpc-js takes it: raw little-endian row-major bytes. */
 export interface TensorMessage {
@@ -13,7 +14,7 @@ export interface TensorMessage {
 
 /** A decoded tensor: values flat, row-major. */
 export interface DecodedTensor {
-  dtype: 'float32' | 'float64' | 'int64' | 'bool';
+  dtype: 'float32' | 'float64' | 'int64' | 'bool' | 'float16' | 'bfloat16';
   shape: number[];
   values: number[] | boolean[];
 }
@@ -23,6 +24,10 @@ export const tensor: {
   float64(values: number[], shape?: number[]): TensorMessage;
   int64(values: Array<number | bigint>, shape?: number[]): TensorMessage;
   bool(values: boolean[], shape?: number[]): TensorMessage;
+  /** Values rounded to float16 (to nearest, ties to even, past 65504 to infinity). */
+  float16(values: number[], shape?: number[]): TensorMessage;
+  /** Values rounded to bfloat16 (the upper half of a float32, to nearest, ties to even). */
+  bfloat16(values: number[], shape?: number[]): TensorMessage;
 };
 
 export function decodeTensor(t: TensorMessage): DecodedTensor;

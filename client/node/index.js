@@ -98,7 +98,59 @@ function requestFromJSON(json) {
   return loadService().service.ComputeGradients.requestDeserialize(bytes);
 }
 
-const WIDTH = { DTYPE_FLOAT32: 4, DTYPE_FLOAT64: 8, DTYPE_INT64: 8, DTYPE_BOOL: 1 };
+const WIDTH = {
+  DTYPE_FLOAT32: 4, DTYPE_FLOAT64: 8, DTYPE_INT64: 8, DTYPE_BOOL: 1,
+  DTYPE_FLOAT16: 2, DTYPE_BFLOAT16: 2,
+};
+
+// 16-bit floats, rounded as torch.float16 and torch.bfloat16 round: to nearest, ties to even.
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+
+function bfloat16Bits(v) {
+  f32[0] = v;
+  const x = u32[0];
+  if ((x & 0x7fffffff) > 0x7f800000) return ((x >>> 16) | 0x40) & 0xffff;  // a quiet NaN
+  return Math.floor((x + 0x7fff + ((x >>> 16) & 1)) / 65536) & 0xffff;
+}
+
+function halfBits(v) {
+  f32[0] = v;
+  const x = u32[0];
+  const sign = (x >>> 16) & 0x8000;
+  const abs = x & 0x7fffffff;
+  if (abs > 0x7f800000) return sign | 0x7e00;
+  if (abs >= 0x477ff000) return sign | 0x7c00;  // 65520 and above, and infinity
+  if (abs < 0x38800000) {  // below 2^-14: subnormal, or zero below 2^-25
+    const exponent = abs >>> 23;
+    if (exponent < 102) return sign;
+    const mantissa = (abs & 0x7fffff) | 0x800000;
+    const shift = 126 - exponent;
+    let m = mantissa >>> shift;
+    const rest = mantissa & ((1 << shift) - 1);
+    const halfway = 1 << (shift - 1);
+    if (rest > halfway || (rest === halfway && (m & 1))) m += 1;
+    return sign | m;
+  }
+  let bits = (((abs >>> 23) - 112) << 10) | ((abs & 0x7fffff) >>> 13);
+  const rest = abs & 0x1fff;
+  if (rest > 0x1000 || (rest === 0x1000 && (bits & 1))) bits += 1;
+  return sign | bits;
+}
+
+// The value of 16 bits of a float16 or bfloat16 tensor (exact).
+function sixteenBitValue(dtype, b) {
+  if (dtype === 'DTYPE_BFLOAT16') {
+    u32[0] = b << 16;
+    return f32[0];
+  }
+  const exponent = (b >>> 10) & 0x1f;
+  const mantissa = b & 0x3ff;
+  const v = exponent === 0 ? mantissa * 2 ** -24
+    : exponent === 31 ? (mantissa ? NaN : Infinity)
+      : (mantissa + 1024) * 2 ** (exponent - 25);
+  return b & 0x8000 ? -v : v;
+}
 
 function shapeFor(count, shape) {
   const s = shape === undefined ? [count] : shape;
@@ -122,6 +174,9 @@ const tensor = {
   float64: (values, shape) => encode('DTYPE_FLOAT64', values, shape, (b, v, o) => b.writeDoubleLE(v, o)),
   int64: (values, shape) => encode('DTYPE_INT64', values, shape, (b, v, o) => b.writeBigInt64LE(BigInt(v), o)),
   bool: (values, shape) => encode('DTYPE_BOOL', values, shape, (b, v, o) => b.writeUInt8(v ? 1 : 0, o)),
+  float16: (values, shape) => encode('DTYPE_FLOAT16', values, shape, (b, v, o) => b.writeUInt16LE(halfBits(v), o)),
+  bfloat16: (values, shape) => encode('DTYPE_BFLOAT16', values, shape,
+    (b, v, o) => b.writeUInt16LE(bfloat16Bits(v), o)),
 };
 
 // A Tensor message as { dtype, shape, values }: values a flat array of numbers (booleans for
@@ -134,13 +189,16 @@ function decodeTensor(t) {
   if (t.contents === 'values' && t.values) {  // the TensorValues form (JSON requests use it)
     const v = t.values;
     const list = dtype === 'bool' ? v.bools : dtype === 'int64' ? v.ints.map(Number) : v.doubles;
-    return { dtype, shape, values: [...list] };
+    const round = { float16: (x) => sixteenBitValue(t.dtype, halfBits(x)),
+      bfloat16: (x) => sixteenBitValue(t.dtype, bfloat16Bits(x)) }[dtype];
+    return { dtype, shape, values: round ? list.map(round) : [...list] };
   }
   const values = [];
   for (let off = 0; off + width <= t.data.length; off += width) {
     if (t.dtype === 'DTYPE_FLOAT32') values.push(t.data.readFloatLE(off));
     else if (t.dtype === 'DTYPE_FLOAT64') values.push(t.data.readDoubleLE(off));
     else if (t.dtype === 'DTYPE_INT64') values.push(Number(t.data.readBigInt64LE(off)));
+    else if (width === 2) values.push(sixteenBitValue(t.dtype, t.data.readUInt16LE(off)));
     else values.push(t.data[off] !== 0);
   }
   return { dtype, shape, values };

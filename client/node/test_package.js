@@ -58,6 +58,26 @@ async function main() {
     close(result.values.ce.values, [ce]);
     assert.ok(result.numNodes > 0);
 
+    // float16 and bfloat16: the gradient of sum(x * x) comes back in the leaf's dtype, exactly
+    // 2x, but for float16's overflow past 65504.
+    for (const make of [tensor.float16, tensor.bfloat16]) {
+      const sent = make([0.5, -1.5, 3, 65504, 0.1]);
+      const half = new GraphBuilder()
+        .leaf('x', sent, { requiresGrad: true })
+        .op('mul', ['x', 'x'], 'y')
+        .op('sum', ['y'], 's')
+        .backward('s', { inputs: ['x'] });
+      const r = await client.grad(half, { deadlineSeconds: 20 });
+      const x16 = gradserve.decodeTensor(sent).values;
+      assert.strictEqual(r.calls[0].x.dtype, sent.dtype.replace('DTYPE_', '').toLowerCase());
+      assert.deepStrictEqual(r.calls[0].x.values,
+        x16.map((v) => (sent.dtype === 'DTYPE_FLOAT16' && 2 * v > 65504 ? Infinity : 2 * v)));
+    }
+    assert.deepStrictEqual(gradserve.decodeTensor(tensor.float16([0.1, 1 + 2 ** -11, 70000])).values,
+      [0.0999755859375, 1, Infinity]);
+    assert.deepStrictEqual(gradserve.decodeTensor(tensor.bfloat16([0.1, 1 + 2 ** -8])).values,
+      [0.10009765625, 1]);
+
     // The server's error: a gRPC status with its message.
     const bad = new GraphBuilder()
       .leaf('x', tensor.float64(x), { requiresGrad: true })
