@@ -105,6 +105,24 @@ def main():
           {"code": "OK", "tolerance": 1e-12,
            "calls": [{"v": expected(first)}, {"v": expected(v.grad)}]})
 
+    # bfloat16 times float16 promotes to float32; each gradient comes back in its leaf's dtype.
+    # The values are exact in both 16-bit types.
+    x16 = torch.tensor([[0.5, -1.25, 2.0], [0.75, 1.5, -0.375]], dtype=torch.bfloat16,
+                       requires_grad=True)
+    w16 = torch.tensor([1.5, -0.5, 0.25], dtype=torch.float16, requires_grad=True)
+    p16 = torch.tanh(x16 * w16).sum()
+    gx16, gw16 = torch.autograd.grad(p16, [x16, w16])
+    write("ok_mixed_16bit", "a bfloat16 and a float16 leaf: their product promotes to float32, "
+          "each gradient comes back in its leaf's dtype",
+          {"graph": {"leaves": [leaf("x", x16.detach().float(), True, "DTYPE_BFLOAT16"),
+                                leaf("w", w16.detach().float(), True, "DTYPE_FLOAT16")],
+                     "ops": [op("mul", ["x", "w"], "p"), op("tanh", ["p"], "t"),
+                             op("sum", ["t"], "loss")]},
+           "calls": [{"roots": ["loss"], "inputs": ["x", "w"]}], "returnValues": ["loss"]},
+          {"code": "OK", "tolerance": 1e-2,
+           "calls": [{"x": expected(gx16.float()), "w": expected(gw16.float())}],
+           "values": {"loss": expected(p16)}})
+
     logits = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     target = torch.tensor([1, 0, 3])
     ce = torch.nn.functional.cross_entropy(logits, target)

@@ -15,7 +15,7 @@ import numpy as np
 from google.protobuf import json_format
 
 from server_fixture import REPO, ServerProcess  # first: puts client/python on sys.path
-from gradserve import GradserveError
+from gradserve import BFLOAT16, GradserveError, from_bfloat16
 from gradserve.v1 import gradserve_pb2
 
 CASES = sorted(glob.glob(os.path.join(REPO, "tests", "conformance", "*.json")))
@@ -23,6 +23,8 @@ CASES = sorted(glob.glob(os.path.join(REPO, "tests", "conformance", "*.json")))
 
 def check_tensor(test, what, got, want, tolerance):
     test.assertEqual(list(got.shape), want["shape"], what)
+    if got.dtype == BFLOAT16:
+        got = from_bfloat16(got)
     np.testing.assert_allclose(np.asarray(got, np.float64).ravel(), want["values"],
                                rtol=tolerance, atol=tolerance, err_msg=what)
 
