@@ -53,12 +53,17 @@ cublasStatus_t GemmStridedBatched<double>(cublasHandle_t h, cublasOperation_t ta
                                       ldc, sc, count);
 }
 
-template <typename T>
-void GemmBatchTyped(const GemmBatch& g) {
+// cuBLAS takes sizes, leading dimensions and batch counts as int.
+void CheckIntSizes(const GemmBatch& g) {
   constexpr int64_t kMax = 2147483647;
   GS_CHECK_ARG(g.m <= kMax && g.n <= kMax && g.k <= kMax && g.lda <= kMax && g.ldb <= kMax &&
                    g.ldc <= kMax && g.count <= kMax,
                "matmul: matrix sizes beyond 2^31 - 1 are not supported");
+}
+
+template <typename T>
+void GemmBatchTyped(const GemmBatch& g) {
+  CheckIntSizes(g);
   cuda::DeviceGuard guard(cuda::PhysicalIndex(g.device_index));
   const cublasHandle_t handle = cuda::CublasHandle(g.device_index);
   const T alpha = T(1), beta = g.beta_one ? T(1) : T(0);
@@ -80,10 +85,7 @@ void GemmBatchTyped(const GemmBatch& g) {
 // float16 and bfloat16 operands and result, float32 accumulation (CUBLAS_COMPUTE_32F), as
 // PyTorch's 16-bit matmul: cuBLAS runs it on tensor cores.
 void GemmBatch16Bit(const GemmBatch& g) {
-  constexpr int64_t kMax = 2147483647;
-  GS_CHECK_ARG(g.m <= kMax && g.n <= kMax && g.k <= kMax && g.lda <= kMax && g.ldb <= kMax &&
-                   g.ldc <= kMax && g.count <= kMax,
-               "matmul: matrix sizes beyond 2^31 - 1 are not supported");
+  CheckIntSizes(g);
   cuda::DeviceGuard guard(cuda::PhysicalIndex(g.device_index));
   const cublasHandle_t handle = cuda::CublasHandle(g.device_index);
   const float alpha = 1.0f, beta = g.beta_one ? 1.0f : 0.0f;

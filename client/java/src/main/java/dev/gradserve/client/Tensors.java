@@ -65,12 +65,7 @@ public final class Tensors {
    * infinity), as torch.float16 rounds. The server computes it in float32.
    */
   public static Tensor float16(float[] values, long... shape) {
-    long[] s = shapeFor(values.length, shape);
-    ByteBuffer b = buffer(2 * values.length);
-    for (float v : values) {
-      b.putShort(halfBits(v));
-    }
-    return make(DType.DTYPE_FLOAT16, s, b);
+    return sixteenBit(DType.DTYPE_FLOAT16, values, shape);
   }
 
   /**
@@ -78,12 +73,16 @@ public final class Tensors {
    * ties to even), as torch.bfloat16 rounds.
    */
   public static Tensor bfloat16(float[] values, long... shape) {
+    return sixteenBit(DType.DTYPE_BFLOAT16, values, shape);
+  }
+
+  private static Tensor sixteenBit(DType dtype, float[] values, long[] shape) {
     long[] s = shapeFor(values.length, shape);
     ByteBuffer b = buffer(2 * values.length);
     for (float v : values) {
-      b.putShort(bfloat16Bits(v));
+      b.putShort(dtype == DType.DTYPE_FLOAT16 ? halfBits(v) : bfloat16Bits(v));
     }
-    return make(DType.DTYPE_BFLOAT16, s, b);
+    return make(dtype, s, b);
   }
 
   static short bfloat16Bits(float v) {
