@@ -628,6 +628,66 @@ INSTANTIATE_TEST_SUITE_P(Devices, ToDeviceOpTest, ::testing::Values("sim:0", "cu
                                                         : std::string("Cuda0");
                          });
 
+// Several devices in one request (issue 34): a graph over a GPU and two simulated devices
+// beside it, moved between them with `to`, each device's Nodes on its own worker thread. Its
+// values and gradients match the same graph kept on the CPU, in float32 and bfloat16.
+TEST(SeveralDevicesTest, OneGraphOverAGpuAndTwoSimulatedDevices) {
+  RegisterTestDevices();
+  std::string why;
+  if (CudaDeviceCount(&why) == 0) GTEST_SKIP() << "no GPU: " << why;
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    auto run = [&](bool spread, std::vector<Tensor>* values) {
+      auto to = [&](const char* device) {
+        return ops::Attrs({{"device", std::string(spread ? device : "cpu")}});
+      };
+      GraphBuilder b;
+      b.Leaf("x", F64({0.5, -1.25, 2, 0.75}).To(dtype), true)
+          .Leaf("w", F64({1.5, 0.25, -0.5, 1}).To(dtype), true)
+          .Op("to", {"x"}, {"gx"}, to("cuda:0"))
+          .Op("to", {"w"}, {"gw"}, to("cuda:0"))
+          .Op("mul", {"gx", "gw"}, {"p"})  // on the GPU
+          .Op("to", {"p"}, {"q"}, to("sim:0"))
+          .Op("tanh", {"q"}, {"r"})  // on sim:0
+          .Op("to", {"r"}, {"s"}, to("sim:1"))
+          .Op("mul", {"s", "s"}, {"t"})  // on sim:1
+          .Op("to", {"t"}, {"u"}, to("cuda:0"))
+          .Op("add", {"u", "p"}, {"v"})  // on the GPU, from both simulated devices' work
+          .Op("to", {"v"}, {"h"}, to("cpu"))
+          .Op("sum", {"h"}, {"loss"});
+      auto recorded = MustRecord(b.Build());
+      EXPECT_NE(recorded, nullptr);
+      if (recorded == nullptr) return;
+      if (spread) {
+        EXPECT_EQ((*recorded->Value("p")).device(), (Device{DeviceType::kCUDA, 0}));
+        EXPECT_EQ((*recorded->Value("r")).device(), (Device{DeviceType::kSimulated, 0}));
+        EXPECT_EQ((*recorded->Value("t")).device(), (Device{DeviceType::kSimulated, 1}));
+      }
+      auto result = recorded->Backward(GradCall("loss", {"x", "w"}));
+      ASSERT_TRUE(result.ok()) << result.status();
+      values->push_back(*recorded->Value("loss"));
+      for (const Tensor& g : result->grads) {
+        EXPECT_EQ(g.device(), kCPU);
+        EXPECT_EQ(g.dtype(), dtype);
+        values->push_back(g);
+      }
+    };
+    std::vector<Tensor> spread, on_cpu;
+    run(true, &spread);
+    run(false, &on_cpu);
+    ASSERT_EQ(spread.size(), 3u);
+    ASSERT_EQ(on_cpu.size(), 3u);
+    const double tol = dtype == DType::kFloat32 ? 1e-6 : 1e-2;
+    for (size_t i = 0; i < spread.size(); ++i) {
+      const std::vector<double> got = Values(spread[i]), want = Values(on_cpu[i]);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t j = 0; j < got.size(); ++j) {
+        EXPECT_NEAR(got[j], want[j], tol * (1 + std::abs(want[j]))) << i << "[" << j << "]";
+      }
+    }
+  }
+}
+
 TEST(ToOpTest, UnknownOrUnregisteredDeviceIsInvalidArgument) {
   RegisterTestDevices();
   for (const char* device : {"tpu:0", "sim:7"}) {
