@@ -29,8 +29,8 @@ thread_local std::shared_ptr<ReadyQueue> local_ready_queue;
 thread_local const GraphTask* current_graph_task = nullptr;
 
 // What a Node runs under: its pass as the current one, the pass's grad mode (create_graph),
-// memory budget, cancellation token (which the kernels check: Note [Stopping a running op])
-// and math mode (Note [TF32 per request]).
+// memory budget, cancellation token (which the kernels check: Note [Stopping a running op]),
+// math mode (Note [TF32 per request]) and device choice (Note [Bare device names]).
 class GraphTaskScope {
  public:
   explicit GraphTaskScope(const GraphTask* graph_task)
@@ -38,7 +38,8 @@ class GraphTaskScope {
         grad_mode_(graph_task->grad_mode_),
         budget_(&graph_task->budget_),
         cancel_(graph_task->cancel_.get()),
-        math_mode_(graph_task->math_mode_) {
+        math_mode_(graph_task->math_mode_),
+        device_choice_(graph_task->device_choice_) {
     current_graph_task = graph_task;
   }
   ~GraphTaskScope() { current_graph_task = previous_; }
@@ -49,6 +50,7 @@ class GraphTaskScope {
   MemoryBudgetScope budget_;
   CancellationScope cancel_;
   MathModeScope math_mode_;
+  DeviceChoiceScope device_choice_;
 };
 
 uint64_t compute_min_topological_nr(const EdgeList& outputs) {
@@ -198,6 +200,7 @@ absl::StatusOr<TensorList> Engine::execute(const EdgeList& roots, TensorList see
                                                   : nullptr;
   graph_task->budget_ = options.budget != nullptr ? options.budget : CurrentMemoryBudget();
   graph_task->math_mode_ = CurrentMathMode();
+  graph_task->device_choice_ = CurrentDeviceChoice();
 
   // A single root starts the pass itself; several need a GraphRoot to hand out their seeds.
   const bool skip_dummy_node = roots.size() == 1;

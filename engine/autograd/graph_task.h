@@ -18,6 +18,7 @@
 #include "engine/autograd/graph_future.h"
 #include "engine/autograd/input_buffer.h"
 #include "engine/autograd/node.h"
+#include "engine/device/device.h"
 #include "engine/device/stream.h"
 #include "engine/tensor/memory_budget.h"
 #include "engine/util/math_mode.h"
@@ -136,8 +137,10 @@ struct GraphTask : std::enable_shared_from_this<GraphTask> {
   std::shared_ptr<CancellationToken> cancel_;
   int64_t cancel_callback_id_ = -1;
   std::shared_ptr<MemoryBudget> budget_;
-  // The starting thread's, for the threads that run the Nodes (Note [TF32 per request]).
+  // The starting thread's, for the threads that run the Nodes (Note [TF32 per request], Note
+  // [Bare device names]).
   MathMode math_mode_;
+  DeviceChoice device_choice_;
   // What nodes_in_graph_ was charged to budget_ (ReserveNodeTable).
   int64_t node_table_charged_ = 0;
   // The deadline the owner thread waits against (the token's, or infinite).

@@ -42,7 +42,12 @@ absl::StatusOr<Device> ParseDevice(absl::string_view name) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown device ", Quote(name), ": expected cpu, cuda:N or sim:N"));
   }
-  if (!index_text.empty()) {
+  if (index_text.empty()) {
+    // Note [Bare device names]
+    const DeviceChoice choice = CurrentDeviceChoice();
+    if (device.type == DeviceType::kCUDA) device.index = choice.cuda;
+    if (device.type == DeviceType::kSimulated) device.index = choice.sim;
+  } else {
     int index = 0;
     if (!absl::SimpleAtoi(index_text, &index) || index < 0 || index > 1023 ||
         (device.is_cpu() && index != 0)) {

@@ -42,8 +42,45 @@ inline constexpr Device kCPU{DeviceType::kCPU, 0};
 std::string DeviceName(Device device);
 const char* DeviceTypeName(DeviceType type);
 
-// Parses "cpu", "sim", "sim:N", "cuda", "cuda:N" (no index means 0). Whether the device exists is
-// the DeviceRegistry's business, not this function's.
+// Note [Bare device names]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// "cuda" and "sim" without an index name the device of that type the current request was given,
+// as PyTorch's "cuda" names the current device. The server gives each request the GPU and the
+// simulated device with the fewest requests in flight (server/run/device_load.h), so requests
+// that name "cuda" spread over the GPUs it serves, and sets that choice for the request's
+// thread with a DeviceChoiceScope; a backward pass carries it to the threads that run its Nodes
+// (a checkpoint's recompute parses its `to` again there), and a session keeps its Forward's
+// choice for its later calls. With no scope, a bare name means index 0.
+struct DeviceChoice {
+  int16_t cuda = 0;
+  int16_t sim = 0;
+  friend constexpr bool operator==(DeviceChoice a, DeviceChoice b) {
+    return a.cuda == b.cuda && a.sim == b.sim;
+  }
+};
+
+// The calling thread's choice (Note [Bare device names]).
+inline thread_local DeviceChoice current_device_choice;
+
+inline DeviceChoice CurrentDeviceChoice() { return current_device_choice; }
+
+// Sets the calling thread's choice for the scope's life.
+class DeviceChoiceScope {
+ public:
+  explicit DeviceChoiceScope(DeviceChoice choice) : previous_(current_device_choice) {
+    current_device_choice = choice;
+  }
+  ~DeviceChoiceScope() { current_device_choice = previous_; }
+  DeviceChoiceScope(const DeviceChoiceScope&) = delete;
+  DeviceChoiceScope& operator=(const DeviceChoiceScope&) = delete;
+
+ private:
+  const DeviceChoice previous_;
+};
+
+// Parses "cpu", "sim", "sim:N", "cuda", "cuda:N"; "sim" and "cuda" alone name the calling
+// thread's choice (Note [Bare device names]). Whether the device exists is the DeviceRegistry's
+// business, not this function's.
 absl::StatusOr<Device> ParseDevice(absl::string_view name);
 
 }  // namespace gradserve

@@ -541,6 +541,9 @@ absl::Status GradService::Run(const Job& job, RequestRunner& runner) {
     // Every tensor of the request counts against the server's budget too (Note [Budgets
     // within a budget]).
     MemoryBudgetScope server_memory(&BudgetOf(job.tenant));
+    // Note [Bare device names]: the least loaded GPU for "cuda", for this request's life.
+    const DeviceLoad::Lease devices = device_load_.Acquire();
+    DeviceChoiceScope device_choice(devices.choice());
     RequestRegions regions(shared_memory_.get(), TenantKey(job.tenant));
     runner.set_regions(&regions);
     status = runner.Run(*job.request, options_.limits, job.cancel, job.received, job.response,

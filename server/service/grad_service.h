@@ -45,6 +45,7 @@
 #include "server/base/log.h"
 #include "server/limits/upload_tracker.h"
 #include "server/metrics/request_metrics.h"
+#include "server/run/device_load.h"
 #include "server/run/request_runner.h"
 #include "server/run/worker_pool.h"
 #include "server/security/tenants.h"
@@ -148,6 +149,9 @@ class GradService final
   const UploadTracker& uploads() const { return uploads_; }
   const SessionStore& sessions() const { return *sessions_; }
   const SharedMemoryRegistry& shared_memory() const { return *shared_memory_; }
+  // The GPUs and simulated devices requests' bare "cuda" and "sim" spread over (Note [Bare
+  // device names]).
+  const DeviceLoad& device_load() const { return device_load_; }
 
  private:
   class UnaryGradReactor;
@@ -273,6 +277,8 @@ class GradService final
 
   const std::shared_ptr<MemoryBudget> memory_;  // options_.max_server_memory_bytes
   UploadTracker uploads_;
+  // Note [Bare device names]: the devices registered when the service was made.
+  DeviceLoad device_load_ = DeviceLoad::ForRegisteredDevices();
   const std::shared_ptr<TokenAuth> auth_;  // null without a token file
   std::unique_ptr<Tenants> tenants_;       // likewise
   // The graphs sessions hold (Note [Graph sessions]); freed before the budgets they draw from.

@@ -189,6 +189,9 @@ grpc::ServerUnaryReactor* GradService::Forward(grpc::CallbackServerContext* cont
         {
           MemoryReservation request_memory(BudgetOf(tenant));
           status = HoldRequest(request_memory, bytes_in);
+          // Note [Bare device names]: the session's devices from now on.
+          const DeviceLoad::Lease devices = device_load_.Acquire();
+          DeviceChoiceScope device_choice(devices.choice());
           RequestRegions regions(shared_memory_.get(), TenantKey(tenant));
           RequestRunner runner;
           runner.set_regions(&regions);
@@ -204,8 +207,8 @@ grpc::ServerUnaryReactor* GradService::Forward(grpc::CallbackServerContext* cont
             status = runner.RunForward(grad, options_.limits, cancel, received, &out);
           }
           if (status.ok()) {
-            absl::StatusOr<std::string> id =
-                sessions_->Add(TenantKey(tenant), runner.TakeRecorded(), pass_cost);
+            absl::StatusOr<std::string> id = sessions_->Add(
+                TenantKey(tenant), runner.TakeRecorded(), pass_cost, devices.choice());
             if (id.ok()) {
               response->set_session_id(*std::move(id));
             } else {
@@ -240,6 +243,8 @@ grpc::ServerUnaryReactor* GradService::Backward(grpc::CallbackServerContext* con
     RequestRunner runner;
     runner.set_regions(&regions);
     auto run = [&](Session& s) {
+      const DeviceLoad::Lease devices = device_load_.Hold(s.devices());
+      DeviceChoiceScope device_choice(s.devices());  // Note [Bare device names]
       return runner.RunBackward(s.graph(), grad, options_.limits, cancel, received, &out);
     };
     std::optional<absl::Status> status;
@@ -304,6 +309,8 @@ grpc::ServerUnaryReactor* GradService::Extend(grpc::CallbackServerContext* conte
                   // Note [Session calls inline]: an extended graph is not
                   // estimated again; its calls go to the pool.
                   s.set_pass_cost(kUnboundedCost);
+                  const DeviceLoad::Lease devices = device_load_.Hold(s.devices());
+                  DeviceChoiceScope device_choice(s.devices());  // Note [Bare device names]
                   return runner.RunExtend(s.graph(), grad, options_.limits, cancel, received, &out);
                 });
           }

@@ -53,7 +53,7 @@ SessionStore::~SessionStore() { EndAll(); }
 
 absl::StatusOr<std::string> SessionStore::Add(absl::string_view tenant,
                                               std::unique_ptr<graph::RecordedGraph> graph,
-                                              int64_t pass_cost) {
+                                              int64_t pass_cost, DeviceChoice devices) {
   absl::StatusOr<std::string> id = NewId();
   if (!id.ok()) return id.status();
   MutexLock lock(&mutex_);
@@ -72,7 +72,8 @@ absl::StatusOr<std::string> SessionStore::Add(absl::string_view tenant,
   if (sessions_.contains(*id)) return absl::InternalError("session id collision");
   ++count;
   Entry& entry = sessions_[*id];
-  entry.session = std::make_shared<Session>(*id, std::string(tenant), std::move(graph), pass_cost);
+  entry.session =
+      std::make_shared<Session>(*id, std::string(tenant), std::move(graph), pass_cost, devices);
   entry.last_used = absl::Now();
   return id;
 }

@@ -39,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "engine/device/device.h"
 #include "engine/graph/interpreter.h"
 #include "engine/util/mutex.h"
 #include "server/base/periodic_thread.h"
@@ -50,15 +51,19 @@ class Session {
  public:
   // pass_cost: Note [Inline or pool]'s estimate of one pass over graph (EstimateInlineCost of
   // the Forward that recorded it, calls aside), or kUnboundedCost.
+  // devices: the Forward's choice for bare device names (Note [Bare device names]).
   Session(std::string id, std::string tenant, std::unique_ptr<graph::RecordedGraph> graph,
-          int64_t pass_cost)
+          int64_t pass_cost, DeviceChoice devices)
       : id_(std::move(id)),
         tenant_(std::move(tenant)),
+        devices_(devices),
         pass_cost_(pass_cost),
         graph_(std::move(graph)) {}
 
   const std::string& id() const { return id_; }
   const std::string& tenant() const { return tenant_; }
+  // Where the session's later calls put their bare "cuda" and "sim": the Forward's devices.
+  DeviceChoice devices() const { return devices_; }
 
   // Held while a call runs on the graph (Note [Concurrent backward calls on a session]).
   Mutex& mutex() ABSL_LOCK_RETURNED(mutex_) { return mutex_; }
@@ -70,6 +75,7 @@ class Session {
  private:
   const std::string id_;
   const std::string tenant_;
+  const DeviceChoice devices_;
   // Serializes the calls on the graph (Note [Concurrent backward calls on a session]).
   Mutex mutex_;
   int64_t pass_cost_ ABSL_GUARDED_BY(mutex_);
@@ -87,11 +93,12 @@ class SessionStore {
   SessionStore(const SessionStore&) = delete;
   SessionStore& operator=(const SessionStore&) = delete;
 
-  // Holds graph, whose cost per pass is pass_cost (Session), for tenant under a new id, which
-  // it returns. RESOURCE_EXHAUSTED when the tenant holds max_per_tenant sessions; UNAVAILABLE
-  // after EndAll.
+  // Holds graph, whose cost per pass is pass_cost and whose Forward ran on devices (Session),
+  // for tenant under a new id, which it returns. RESOURCE_EXHAUSTED when the tenant holds
+  // max_per_tenant sessions; UNAVAILABLE after EndAll.
   absl::StatusOr<std::string> Add(absl::string_view tenant,
-                                  std::unique_ptr<graph::RecordedGraph> graph, int64_t pass_cost);
+                                  std::unique_ptr<graph::RecordedGraph> graph, int64_t pass_cost,
+                                  DeviceChoice devices = {});
 
   // The session id of tenant's, marked in use until Done is called with it (so it does not
   // expire meanwhile). NOT_FOUND naming the id if the store does not hold it for tenant.

@@ -3,6 +3,7 @@
 // ServerOptions.
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -344,6 +345,59 @@ TEST(ServerFlagsTest, SimulatedDevicesAreListedAndServeRequests) {
   ASSERT_TRUE(r->calls[0].gradients[0].value);
   EXPECT_EQ(r->calls[0].gradients[0].value->ToDoubles(), (std::vector<double>{2, 4, 6}));
   EXPECT_EQ(r->calls[0].gradients[0].value->device, "sim:1");
+}
+
+// Note [Bare device names]: requests whose tensors name "sim" without an index spread over the
+// simulated devices, least loaded first (here one at a time, so in turn), and a session's later
+// calls keep its Forward's device.
+TEST(ServerFlagsTest, BareDeviceNamesSpreadOverTheDevices) {
+  ServerProcess process({"--devices=cpu", "--simulated_devices=2"});
+  const int port = process.WaitForPort(absl::Seconds(20));
+  ASSERT_GT(port, 0) << process.Log();
+  std::unique_ptr<client::Client> client =
+      client::Client::Connect(absl::StrCat("127.0.0.1:", port));
+  client::CallOptions options;
+  options.timeout = absl::Seconds(30);
+  v1::GradRequest request = SquareRequest();
+  request.mutable_graph()->mutable_leaves(0)->mutable_value()->set_device("sim");
+  std::set<std::string> used;
+  for (int i = 0; i < 4; ++i) {
+    absl::StatusOr<client::GradResult> r = client->Grad(request, options);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(r->calls[0].gradients[0].value);
+    EXPECT_EQ(r->calls[0].gradients[0].value->ToDoubles(), (std::vector<double>{2, 4, 6}));
+    used.insert(r->calls[0].gradients[0].value->device);
+  }
+  EXPECT_EQ(used, (std::set<std::string>{"sim:0", "sim:1"}));
+
+  // A session: its Extend's new leaf on "sim" joins the Forward's device. One more request
+  // first, so that the Forward gets sim:1, where an unscoped "sim" would mean sim:0.
+  ASSERT_TRUE(client->Grad(request, options).ok());
+  v1::GradRequest forward = request;
+  forward.clear_calls();
+  absl::StatusOr<std::unique_ptr<client::Session>> session = client->Forward(forward, options);
+  ASSERT_TRUE(session.ok()) << session.status();
+  // Two more requests: a fresh choice now would be the other device than the Forward's.
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(client->Grad(request, options).ok());
+  v1::Graph more;
+  v1::Leaf* z = more.add_leaves();
+  z->set_name("z");
+  client::HostTensor::Float32({1, 1, 1}, {3}).ToProto(z->mutable_value());
+  z->mutable_value()->set_device("sim");
+  v1::Op* op = more.add_ops();
+  op->set_op("mul");
+  op->add_inputs("y");
+  op->add_inputs("z");
+  op->add_outputs("yz");
+  absl::StatusOr<std::vector<std::pair<std::string, client::HostTensor>>> extended =
+      (*session)->Extend(more, {"yz"}, options);
+  ASSERT_TRUE(extended.ok()) << extended.status();
+  ASSERT_EQ(extended->size(), 1u);
+  absl::StatusOr<std::vector<client::CallGradients>> grads =
+      (*session)->Backward({request.calls(0)}, options);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_EQ((*extended)[0].second.device, "sim:1");
+  EXPECT_EQ((*grads)[0].gradients[0].value->device, "sim:1");
 }
 
 }  // namespace
