@@ -4,7 +4,7 @@
 
 namespace gradserve::server {
 
-DeviceLoad::DeviceLoad(int gpus, int sims) {
+DeviceLoad::DeviceLoad(int gpus, int sims) : counts_(gpus > 1 || sims > 1) {
   MutexLock lock(&mu_);
   gpus_.leases.assign(static_cast<size_t>(gpus > 0 ? gpus : 0), 0);
   sims_.leases.assign(static_cast<size_t>(sims > 0 ? sims : 0), 0);
@@ -42,6 +42,7 @@ void DeviceLoad::Add(Devices& devices, int16_t index, int64_t delta) {
 }
 
 DeviceLoad::Lease DeviceLoad::Acquire() {
+  if (!counts_) return Lease(nullptr, DeviceChoice{});  // index 0 of each type, or nothing
   MutexLock lock(&mu_);
   DeviceChoice choice;
   choice.cuda = Pick(gpus_);
@@ -52,6 +53,7 @@ DeviceLoad::Lease DeviceLoad::Acquire() {
 }
 
 DeviceLoad::Lease DeviceLoad::Hold(DeviceChoice choice) {
+  if (!counts_) return Lease(nullptr, choice);
   MutexLock lock(&mu_);
   Add(gpus_, choice.cuda, 1);
   Add(sims_, choice.sim, 1);

@@ -6,7 +6,8 @@
 // so requests spread over the GPUs the server serves, most evenly when they are many. A session
 // keeps its Forward's choice for its later calls, which then lease that choice again (Hold).
 // Every request counts against the devices it was given, whether it names them or not: the
-// count is of requests in flight, not of work.
+// count is of requests in flight, not of work. A server with at most one device of each type has
+// no choice to make, and its leases take no lock.
 //
 // Thread safety: every method may be called from any thread; a Lease is released by its
 // destructor, on any thread.
@@ -72,6 +73,8 @@ class DeviceLoad {
   static void Add(Devices& devices, int16_t index, int64_t delta);
   void Release(DeviceChoice choice);
 
+  // More than one GPU or simulated device: leases are counted.
+  const bool counts_;
   mutable Mutex mu_;
   Devices gpus_ ABSL_GUARDED_BY(mu_);
   Devices sims_ ABSL_GUARDED_BY(mu_);

@@ -55,6 +55,11 @@ TEST(DeviceLoadTest, HoldCountsAGivenChoiceAndNoDevicesMeansIndexZero) {
   EXPECT_EQ(load.Acquire().choice().sim, 0);
   DeviceLoad none(0, 0);
   EXPECT_EQ(none.Acquire().choice(), DeviceChoice{});
+  // One GPU: nothing to choose, nothing counted.
+  DeviceLoad one(1, 1);
+  const DeviceLoad::Lease held = one.Acquire();
+  EXPECT_EQ(held.choice(), DeviceChoice{});
+  EXPECT_EQ(one.GpuLeases(), (std::vector<int64_t>{0}));
 }
 
 TEST(DeviceChoiceTest, BareNamesParseToTheThreadsChoice) {
