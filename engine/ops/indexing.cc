@@ -8,7 +8,6 @@
 #include "engine/ops/broadcast.h"
 #include "engine/ops/elementwise.h"
 #include "engine/ops/formula_node.h"
-#include "engine/ops/half_compute.h"
 #include "engine/ops/inplace.h"
 #include "engine/ops/shape.h"
 #include "engine/ops/shape_common.h"
@@ -146,15 +145,17 @@ Tensor slice(const Tensor& input, int64_t dim, std::optional<int64_t> start,
   // With two or more elements, step < size, so the product is within the storage's reach.
   if (length > 1) strides[dim] *= step;
   Tensor out = input.AsStrided(shape, strides, offset);
-  RecordFormula(out, {input}, "SliceBackward0",
-                [in_shape = Shape(input.shape()), dim, begin, step, length](
-                    const FormulaBackward&, const Tensor& g) -> TensorList {
-                  const Tensor index = PositionIndex(
-                      length, g.device(), [begin, step](int64_t k) { return begin + k * step; });
-                  return {ComputeInFloat32(g, [&](const Tensor& g32) {
-                    return IndexAddIntoZeros(in_shape, dim, index, g32);
-                  })};
-                });
+  RecordFormula(
+      out, {input}, "SliceBackward0",
+      [in_shape = Shape(input.shape()), dim, begin, step, length](const FormulaBackward&,
+                                                                  const Tensor& g) -> TensorList {
+        const Tensor index = PositionIndex(length, g.device(),
+                                           [begin, step](int64_t k) { return begin + k * step; });
+        // The index_add kernel is float32's: a 16-bit gradient goes through it in
+        // float32, both conversions recorded (Note [Ops on 16-bit floats]).
+        if (!IsHalfFloating(g.dtype())) return {IndexAddIntoZeros(in_shape, dim, index, g)};
+        return {to(IndexAddIntoZeros(in_shape, dim, index, to(g, DType::kFloat32)), g.dtype())};
+      });
   MarkView(out, input);
   return out;
 }

@@ -64,13 +64,13 @@ const absl::flat_hash_map<absl::string_view, absl::string_view>& TorchElsewhere(
 // kernels do; its backward computes in float32 and rounds once where the gradient leaves the op,
 // where PyTorch's 16-bit backward kernels round each of their steps: equal within the 16-bit types'
 // tolerance, and never less accurate. A request with no 16-bit tensor pays one pass over the
-// inputs' dtypes.
+// inputs' dtypes and one more indirect call per op.
 //
 // The ops in kKept16Bit take 16-bit tensors as they are. All but matmul move, view or convert
 // elements without arithmetic: a view must stay a view of its input's elements, and `to` is
 // the conversion itself. Their backward formulas are views, copies and `to` again, except a
-// strided slice's index_add, which converts as above itself (ComputeInFloat32 in
-// engine/ops/half_compute.h), and expand's sum_to, which is in 16 bits below. matmul multiplies
+// strided slice's index_add, which converts as above itself (engine/ops/indexing.cc), and
+// expand's sum_to, which is in 16 bits below. matmul multiplies
 // 16-bit matrices on a GPU with cuBLAS's float32-accumulating tensor-core products, as PyTorch
 // does, and converts as above everywhere else (engine/ops/linalg.cc).
 //

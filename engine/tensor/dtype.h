@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/string_view.h"
 #include "engine/tensor/half.h"
@@ -83,29 +84,6 @@ struct DTypeTraits<DType::kBFloat16> {
   using type = BFloat16;
 };
 
-// Calls fn with a value of the C++ element type of dtype (float, double, int64_t, bool, Half or
-// BFloat16), e.g.
-//   DispatchStorage(t.dtype(), [&](auto tag) { using T = decltype(tag); ... });
-// For the kernels that read and write every dtype: copies, fills, accumulation.
-template <typename Fn>
-decltype(auto) DispatchStorage(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return fn(float{});
-    case DType::kFloat64:
-      return fn(double{});
-    case DType::kInt64:
-      return fn(int64_t{});
-    case DType::kFloat16:
-      return fn(Half{});
-    case DType::kBFloat16:
-      return fn(BFloat16{});
-    case DType::kBool:
-      break;
-  }
-  return fn(bool{});
-}
-
 // Calls fn(Half{}) for float16 and fn(BFloat16{}) for bfloat16; the caller has checked that
 // dtype is one of them (IsHalfFloating).
 template <typename Fn>
@@ -114,11 +92,12 @@ decltype(auto) DispatchHalf(DType dtype, Fn&& fn) {
   return fn(BFloat16{});
 }
 
-// As DispatchStorage for the compute dtypes (float32, float64, int64, bool), which the ops'
-// kernels are written for. float16 and bfloat16 never reach them (Note [Half precision computes
-// in float32]): one that does is a bug, refused as INTERNAL rather than read as another type.
-template <typename Fn>
-decltype(auto) DispatchDType(DType dtype, Fn&& fn) {
+namespace dtype_internal {
+
+// The switch of DispatchStorage (k16Bit) and DispatchDType: fn is instantiated for Half and
+// BFloat16 only with k16Bit.
+template <bool k16Bit, typename Fn>
+decltype(auto) Dispatch(DType dtype, Fn&& fn) {
   switch (dtype) {
     case DType::kFloat32:
       return fn(float{});
@@ -128,12 +107,36 @@ decltype(auto) DispatchDType(DType dtype, Fn&& fn) {
       return fn(int64_t{});
     case DType::kFloat16:
     case DType::kBFloat16:
-      GS_CHECK_INTERNAL(false, "a 16-bit float reached a float32 kernel");
+      if constexpr (k16Bit) {
+        return DispatchHalf(dtype, fn);
+      } else {
+        GS_CHECK_INTERNAL(false, "a 16-bit float reached a float32 kernel");
+      }
       break;
     case DType::kBool:
       break;
   }
   return fn(bool{});
+}
+
+}  // namespace dtype_internal
+
+// Calls fn with a value of the C++ element type of dtype (float, double, int64_t, bool, Half or
+// BFloat16), e.g.
+//   DispatchStorage(t.dtype(), [&](auto tag) { using T = decltype(tag); ... });
+// For the kernels that read and write every dtype: copies, fills, accumulation.
+template <typename Fn>
+decltype(auto) DispatchStorage(DType dtype, Fn&& fn) {
+  return dtype_internal::Dispatch<true>(dtype, std::forward<Fn>(fn));
+}
+
+// As DispatchStorage for the compute dtypes (float32, float64, int64, bool), which the ops'
+// kernels are written for. float16 and bfloat16 reach them only where an op reads and writes
+// 16 bits itself (Note [Half precision computes in float32]): one that does here is a bug,
+// refused as INTERNAL rather than read as another type.
+template <typename Fn>
+decltype(auto) DispatchDType(DType dtype, Fn&& fn) {
+  return dtype_internal::Dispatch<false>(dtype, std::forward<Fn>(fn));
 }
 
 // As DispatchDType, for float32 and float64 only; other dtypes are the caller's error to check

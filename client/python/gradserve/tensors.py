@@ -4,8 +4,8 @@ Tensors travel as raw little-endian, row-major bytes (tensor.proto). Six dtypes 
 float32, float64, float16, bfloat16, int64 and bool. numpy has no bfloat16, so a bfloat16 array
 is one of dtype ``BFLOAT16``, whose elements are the 16 bits of each value: make one with
 ``to_bfloat16`` and read it with ``from_bfloat16``. Conversion never changes a dtype silently:
-an array of any other dtype is a TypeError (cast it first, e.g. ``a.astype(np.int64)``). Where a tensor is
-taken, a Tensor message may stand for the array: one whose bytes lie in shared memory
+an array of any other dtype is a TypeError (cast it first, e.g. ``a.astype(np.int64)``). Where a
+tensor is taken, a Tensor message may stand for the array: one whose bytes lie in shared memory
 (SharedMemory.put, gradserve/shared_memory.py) is sent as it is.
 
 Thread safety: the functions are pure; call them from any thread.

@@ -12,10 +12,10 @@ import java.util.List;
  * Tensors on the wire: a dtype, a shape and raw little-endian row-major bytes (tensor.proto).
  *
  * <p>Make one with {@link #float32}, {@link #float64}, {@link #float16}, {@link #bfloat16},
- * {@link #int64} or {@link #bool} from an array and a shape (outermost first; none: 1-d, or a scalar for one value), read one with
- * {@link #toFloats}, {@link #toDoubles}, {@link #toLongs} or {@link #toBooleans}. Mistakes (a
- * shape that does not match the values, the wrong dtype) throw IllegalArgumentException. The
- * methods are pure and thread-safe.
+ * {@link #int64} or {@link #bool} from an array and a shape (outermost first; none: 1-d, or a
+ * scalar for one value), read one with {@link #toFloats}, {@link #toDoubles}, {@link #toLongs} or
+ * {@link #toBooleans}. Mistakes (a shape that does not match the values, the wrong dtype) throw
+ * IllegalArgumentException. The methods are pure and thread-safe.
  */
 public final class Tensors {
   private Tensors() {}
