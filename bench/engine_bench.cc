@@ -46,6 +46,7 @@
 #include "engine/tensor/memory_budget.h"
 #include "engine/tensor/tensor.h"
 #include "engine/util/cancellation.h"
+#include "engine/util/parallel.h"
 #include "engine/util/status_error.h"
 #include "program/flag_arguments.h"
 #include "program/host_malloc.h"
@@ -60,7 +61,9 @@ ABSL_FLAG(std::string, device, "cpu",
           "Where the graph's tensors live: cpu, or cuda:N (registers the GPUs first).");
 ABSL_FLAG(int, repeats, 7, "Timed backward passes per scenario; the median is reported.");
 ABSL_FLAG(int, warmup, 1, "Untimed passes before them.");
-ABSL_FLAG(int, threads, 1, "OpenBLAS threads (the engine's own CPU work is on one thread).");
+ABSL_FLAG(int, threads, 1,
+          "OpenBLAS threads, and the threads that may share one long elementwise loop or sum "
+          "(Note [Intra-op parallelism]); the engine's Nodes run on one thread.");
 ABSL_FLAG(bool, memory, false,
           "Run the scenario once and report this process's peak memory instead of times.");
 ABSL_FLAG(bool, limits, false,
@@ -399,6 +402,7 @@ int Main() {
   StartProcess();  // as the server does (Note [The server's malloc])
   const int threads = absl::GetFlag(FLAGS_threads);
   openblas_set_num_threads(threads);
+  SetIntraOpThreads(threads);  // Note [Intra-op parallelism], as torch.set_num_threads
   absl::StatusOr<Device> device = ParseDevice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) {
     std::fprintf(stderr, "engine_bench: --device: %s\n", device.status().ToString().c_str());

@@ -49,6 +49,7 @@
 #include "engine/tensor/working_buffer.h"
 #include "engine/util/cancellation.h"
 #include "engine/util/host_device.h"
+#include "engine/util/parallel.h"
 
 namespace gradserve::ops {
 
@@ -215,8 +216,12 @@ void MapKernelImpl(const Tensor& out, Fn& fn, std::index_sequence<I...>, TensorR
       for (int64_t i = 0; i < n; ++i) o[i] = fn(std::get<I>(in)[i]...);
       return;
     }
-    ForEachBlock(n, meter, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) o[i] = fn(std::get<I>(in)[i]...);
+    // Note [Intra-op parallelism]: a long loop is shared with idle helper threads.
+    ParallelBlocks(n, [&](int64_t, int64_t first, int64_t last) {
+      WorkMeter chunk_meter;
+      ForEachBlock(last - first, chunk_meter, [&](int64_t begin, int64_t end) {
+        for (int64_t i = first + begin; i < first + end; ++i) o[i] = fn(std::get<I>(in)[i]...);
+      });
     });
     return;
   }
@@ -230,17 +235,30 @@ void MapKernelImpl(const Tensor& out, Fn& fn, std::index_sequence<I...>, TensorR
       [&](const std::array<int64_t, N>& off, const std::array<int64_t, N>& step, int64_t count) {
         OutT* const row = o + off[0];
         const std::tuple<const InTs*...> rows{std::get<I>(in) + off[I + 1]...};
-        if (step[0] == 1 && ((step[I + 1] == 1) && ...)) {
-          ForEachBlock(count, meter, [&](int64_t begin, int64_t end) {
-            for (int64_t j = begin; j < end; ++j) row[j] = fn(std::get<I>(rows)[j]...);
-          });
-        } else {
-          ForEachBlock(count, meter, [&](int64_t begin, int64_t end) {
-            for (int64_t j = begin; j < end; ++j) {
-              row[j * step[0]] = fn(std::get<I>(rows)[j * step[I + 1]]...);
-            }
-          });
+        auto run = [&](int64_t first, int64_t last, WorkMeter& m) {
+          if (step[0] == 1 && ((step[I + 1] == 1) && ...)) {
+            ForEachBlock(last - first, m, [&](int64_t begin, int64_t end) {
+              for (int64_t j = first + begin; j < first + end; ++j) {
+                row[j] = fn(std::get<I>(rows)[j]...);
+              }
+            });
+          } else {
+            ForEachBlock(last - first, m, [&](int64_t begin, int64_t end) {
+              for (int64_t j = first + begin; j < first + end; ++j) {
+                row[j * step[0]] = fn(std::get<I>(rows)[j * step[I + 1]]...);
+              }
+            });
+          }
+        };
+        if (count < kParallelMinUnits) {
+          run(0, count, meter);
+          return;
         }
+        // A long row (a broadcast operand's, as a sum's gradient): Note [Intra-op parallelism].
+        ParallelBlocks(count, [&](int64_t, int64_t first, int64_t last) {
+          WorkMeter chunk_meter;
+          run(first, last, chunk_meter);
+        });
       });
 }
 }  // namespace internal
@@ -274,7 +292,10 @@ Strides ReducedOutputStrides(absl::Span<const int64_t> input_shape, absl::Span<c
 // that sum. Rows shorter than 2 * kReduceLanes keep the single chain. The order depends only on
 // the row's length, so a reduction gives the same bits on every run. Float sums accumulate in
 // double (ReduceKernel's AccT), where the lanes change a float32 sum's result only when the
-// double sums round differently; PyTorch splits its sums too, in its own order.
+// double sums round differently; PyTorch splits its sums too, in its own order. A row of
+// kParallelMinUnits or more is first cut into chunks (Note [Intra-op parallelism]), each reduced
+// in lanes to one partial result, and the partial results are combined in chunk order: an
+// order that again depends on the row's length alone.
 inline constexpr int64_t kReduceLanes = 8;
 
 // combine(acc, x) over the count elements x of a row at row[j * step], in lanes (Note
@@ -285,6 +306,18 @@ inline constexpr int64_t kReduceLanes = 8;
 template <typename AccT, typename T, typename Combine>
 AccT ReduceRow(AccT acc, const T* row, int64_t step, int64_t count, AccT init, Combine& combine,
                WorkMeter& meter) {
+  if (count >= kParallelMinUnits) {
+    // Note [Intra-op parallelism]: each chunk's lanes give one partial result, and the partial
+    // results are combined in chunk order, so the bits do not depend on the threads.
+    std::vector<AccT> partial(static_cast<size_t>(ParallelChunks(count)), init);
+    ParallelBlocks(count, [&](int64_t chunk, int64_t first, int64_t last) {
+      WorkMeter chunk_meter;
+      partial[chunk] =
+          ReduceRow(init, row + first * step, step, last - first, init, combine, chunk_meter);
+    });
+    for (const AccT& p : partial) acc = combine(acc, p);
+    return acc;
+  }
   if (count < 2 * kReduceLanes) {
     for (int64_t j = 0; j < count; ++j) acc = combine(acc, row[j * step]);
     meter.Add(count);
