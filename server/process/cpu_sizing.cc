@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "engine/util/parallel.h"
 
 namespace gradserve::server {
 
@@ -44,6 +45,10 @@ CpuSizing SizeCpus(const CgroupLimits& cgroup, int affinity_cpus, const CpuFlags
   } else {
     sizing.blas_threads = {sizing.cpus.value, "cpus"};
   }
+  sizing.intra_op_threads =
+      flags.intra_op_threads > 0
+          ? Sized{std::min(flags.intra_op_threads, kMaxIntraOpThreads), "--intra_op_threads"}
+          : Sized{std::min(sizing.cpus.value, kMaxIntraOpThreads), "cpus"};
   return sizing;
 }
 
@@ -54,7 +59,8 @@ std::string CpuLine(const CpuSizing& sizing, int affinity_cpus) {
   }
   return absl::StrCat(cpus, "); engine workers ", sizing.worker_threads.value, " (",
                       sizing.worker_threads.source, "), BLAS threads ", sizing.blas_threads.value,
-                      " (", sizing.blas_threads.source, ")");
+                      " (", sizing.blas_threads.source, "), intra-op threads ",
+                      sizing.intra_op_threads.value, " (", sizing.intra_op_threads.source, ")");
 }
 
 }  // namespace gradserve::server

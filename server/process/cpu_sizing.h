@@ -10,13 +10,15 @@
 //     would leave half a CPU unused), read by ReadCgroup (Note [Reading the cgroup]);
 //   - the CPUs the process may run on, sched_getaffinity (taskset, a cpuset; Kubernetes' static
 //     CPU manager pins a pod this way), which also bounds the host's count;
-// and both the engine workers (--worker_threads) and OpenBLAS's threads (--blas_threads)
-// default to that many: one worker per CPU keeps every CPU busy with requests; OpenBLAS's own
-// default is one thread per CPU, only counted wrongly. Its threads are one pool shared by the
-// workers (a matmul runs on the calling worker and the pool's threads), so the two do not
-// multiply. An explicit flag wins; OPENBLAS_NUM_THREADS, when the operator set it, is taken
-// as OpenBLAS's count unless --blas_threads is given (Note [OpenBLAS's threads] in
-// blas_threads.h says how the count reaches OpenBLAS).
+// and the engine workers (--worker_threads), OpenBLAS's threads (--blas_threads) and the
+// threads that share one long elementwise loop (--intra_op_threads) default to that many: one
+// worker per CPU keeps every CPU busy with requests; OpenBLAS's own default is one thread per CPU,
+// only counted wrongly. Its threads are one pool shared by the workers (a matmul runs on the
+// calling worker and the pool's threads), so the two do not multiply; the intra-op helpers
+// likewise, and they only take a loop's chunks when idle. An explicit flag wins;
+// OPENBLAS_NUM_THREADS, when the operator set it, is taken as OpenBLAS's count unless
+// --blas_threads is given (Note [OpenBLAS's threads] in blas_threads.h says how the count reaches
+// OpenBLAS).
 //
 // Thread safety: pure functions, and AffinityCpus reads the calling thread's mask.
 
@@ -35,6 +37,7 @@ struct CpuFlags {
   int blas_threads = 0;
   // OPENBLAS_NUM_THREADS as the operator set it; empty if unset.
   std::string openblas_env;
+  int intra_op_threads = 0;
 };
 
 // One figure and where it came from: "--worker_threads", "OPENBLAS_NUM_THREADS", "cgroup
@@ -48,6 +51,9 @@ struct CpuSizing {
   Sized cpus;  // what the process may use, rounded up
   Sized worker_threads;
   Sized blas_threads;
+  // Threads that may share one long elementwise loop or sum (Note [Intra-op parallelism] in
+  // engine/util/parallel.h), the worker that runs it included.
+  Sized intra_op_threads;
 };
 
 // The CPUs in this thread's affinity mask (sched_getaffinity); hardware_concurrency(), at
@@ -59,7 +65,7 @@ int AffinityCpus();
 CpuSizing SizeCpus(const CgroupLimits& cgroup, int affinity_cpus, const CpuFlags& flags);
 
 // The start-up line: "cpus: 2 (cgroup cpu.max 150000 100000; 16 in the affinity mask); engine
-// workers 2 (cpus), BLAS threads 2 (cpus)".
+// workers 2 (cpus), BLAS threads 2 (cpus), intra-op threads 2 (cpus)".
 std::string CpuLine(const CpuSizing& sizing, int affinity_cpus);
 
 }  // namespace gradserve::server

@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/device/device_registry.h"
+#include "engine/util/parallel.h"
 #include "program/flag_arguments.h"
 #include "program/host_malloc.h"
 #include "program/process_start.h"
@@ -54,6 +55,11 @@ ABSL_FLAG(int, blas_threads, 0,
           "OPENBLAS_NUM_THREADS if set, else one per CPU the process may use, as for "
           "--worker_threads. The server re-executes itself once at start to apply it (Note "
           "[OpenBLAS's threads] in server/process/blas_threads.h). Printed at start.");
+ABSL_FLAG(int, intra_op_threads, 0,
+          "Threads that may share one long elementwise loop or sum of a request (Note "
+          "[Intra-op parallelism] in engine/util/parallel.h), the worker running it included; "
+          "helpers take a share only when idle. 1: off. 0: one per CPU the process may use, as "
+          "for --worker_threads. Printed at start.");
 ABSL_FLAG(std::string, cgroup_root, "/sys/fs/cgroup",
           "Where the cgroup filesystem is mounted, read for the CPU quota and memory limit that "
           "size the server (the process's cgroup is the one /proc/self/cgroup names). For "
@@ -380,14 +386,19 @@ int Main(char** argv) {
     std::fprintf(stderr, "gradserve-server: --blas_threads must be 0 (from the CPUs) or more\n");
     return 2;
   }
+  if (absl::GetFlag(FLAGS_intra_op_threads) < 0) {
+    std::fprintf(stderr,
+                 "gradserve-server: --intra_op_threads must be 0 (from the CPUs) or more\n");
+    return 2;
+  }
   const std::optional<std::string> reexecuted = TakeReexecMarker();
   const CgroupLimits cgroup = ReadCgroup({absl::GetFlag(FLAGS_cgroup_root)});
   const int affinity_cpus = AffinityCpus();
-  CpuSizing cpus =
-      SizeCpus(cgroup, affinity_cpus,
-               {absl::GetFlag(FLAGS_worker_threads), absl::GetFlag(FLAGS_blas_threads),
-                // After the re-execution, the variable is the server's own, not the operator's.
-                reexecuted.has_value() ? "" : OpenBlasEnv()});
+  CpuSizing cpus = SizeCpus(
+      cgroup, affinity_cpus,
+      {absl::GetFlag(FLAGS_worker_threads), absl::GetFlag(FLAGS_blas_threads),
+       // After the re-execution, the variable is the server's own, not the operator's.
+       reexecuted.has_value() ? "" : OpenBlasEnv(), absl::GetFlag(FLAGS_intra_op_threads)});
   std::optional<std::string> blas_warning;
   if (reexecuted.has_value()) {
     int applied = 0;  // what OpenBLAS started with, should the sizing differ this time
@@ -422,7 +433,8 @@ int Main(char** argv) {
     return 2;
   }
   parsed->worker_threads = cpus.worker_threads.value;
-  parsed->memory = MemoryOf(cgroup);  // Note [Sizing the server's memory]
+  SetIntraOpThreads(cpus.intra_op_threads.value);  // Note [Intra-op parallelism]
+  parsed->memory = MemoryOf(cgroup);               // Note [Sizing the server's memory]
   const ServerOptions& options = *parsed;
   for (const std::string& warning : cgroup.warnings) LogLine(warning);
   if (blas_warning.has_value()) LogLine(*blas_warning);

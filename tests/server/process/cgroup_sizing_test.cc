@@ -93,7 +93,8 @@ TEST_F(CgroupSizingTest, OneCpuAnd512MibSizeWorkersBlasAndMemory) {
   const std::string log = server.Log();
   EXPECT_THAT(log, HasSubstr(absl::StrCat("cpus: 1 (cgroup cpu.max 100000 100000; ", affinity,
                                           " in the affinity mask); engine workers 1 (cpus), "
-                                          "BLAS threads 1 (cpus)")));
+                                          "BLAS threads 1 (cpus), intra-op threads 1 "
+                                          "(cpus)")));
   EXPECT_THAT(log, HasSubstr("memory: 307 MiB for requests (--max_server_memory_bytes: 60% of "
                              "512 MiB), 77 MiB for gRPC's buffers (--grpc_memory_bytes: 15% of "
                              "512 MiB), of 512 MiB (cgroup memory.max)"));
@@ -109,18 +110,18 @@ TEST_F(CgroupSizingTest, OneCpuAnd512MibSizeWorkersBlasAndMemory) {
   EXPECT_THAT(per_cpu.Log(),
               HasSubstr(absl::StrCat("BLAS threads ", affinity, " (--blas_threads)")));
   const int blas_thread_per_cpu = UnnamedThreadsOf(per_cpu.pid());
-  std::printf("unnamed threads: %d with 1 BLAS thread, %d with %d (one per CPU)\n",
-              one_blas_thread, blas_thread_per_cpu, affinity);
+  std::printf("unnamed threads: %d with 1 BLAS thread, %d with %d (one per CPU)\n", one_blas_thread,
+              blas_thread_per_cpu, affinity);
   EXPECT_EQ(blas_thread_per_cpu - one_blas_thread, affinity - 1);
 }
 
 TEST_F(CgroupSizingTest, FlagsWinOverTheCgroup) {
   ServerProcess server({CgroupFlag(), "--worker_threads=3", "--blas_threads=2",
-                        "--max_server_memory_bytes=104857600"});
+                        "--intra_op_threads=4", "--max_server_memory_bytes=104857600"});
   ASSERT_GT(server.WaitForPort(absl::Seconds(20)), 0) << server.Log();
   const std::string log = server.Log();
   EXPECT_THAT(log, HasSubstr("engine workers 3 (--worker_threads), BLAS threads 2 "
-                             "(--blas_threads)"));
+                             "(--blas_threads), intra-op threads 4 (--intra_op_threads)"));
   EXPECT_THAT(log, HasSubstr("memory: 100 MiB for requests (--max_server_memory_bytes: flag), "
                              "77 MiB for gRPC's buffers (--grpc_memory_bytes: 15% of 512 MiB)"));
   EXPECT_EQ(EnvironmentOf(server.pid(), "OPENBLAS_NUM_THREADS"), "2");
