@@ -265,7 +265,7 @@ class GradService::StreamGradReactor final
     job.deferred = &deferred_;
     job.cancel = cancel_;
     job.done = [this](const absl::Status& status) {
-      if (status.ok() && !deferred_.Serialize(response_, service_->options_.chunk_bytes, &out_)) {
+      if (status.ok() && !deferred_.SerializeToSlices(response_, &out_)) {
         Finish(ToGrpcStatus(absl::ResourceExhaustedError(
             "the response is larger than 2 GiB, more than one streamed message can carry")));
         return;
@@ -276,7 +276,7 @@ class GradService::StreamGradReactor final
         Finish(ToGrpcStatus(status));
         return;
       }
-      for (const std::string& chunk : out_) total_out_ += chunk.size();
+      for (const grpc::Slice& slice : out_) total_out_ += slice.size();
       WriteNextChunk();
     };
     service_->Execute(std::move(job));
@@ -298,17 +298,32 @@ class GradService::StreamGradReactor final
     Finish(ToGrpcStatus(status));
   }
 
-  // Writes the next chunk of out_ (the first one carries the total size), or finishes once all
-  // were written. The chunk's bytes are moved, not copied (Note [Chunks sent without a copy]).
+  // Writes the next chunk_bytes of out_ as a chunk (the first one carries the total size; an
+  // empty response is one empty chunk), or finishes once all were written. The chunk's bytes
+  // are out_'s slices or parts of them, not copies (Note [Chunks sent without a copy], Note
+  // [Unary tensor bytes taken]); a slice is let go once it is all sent.
   void WriteNextChunk() {
-    if (next_ == out_.size()) {
-      std::vector<std::string>().swap(out_);
+    if (next_ == out_.size() && sent_any_) {
+      std::vector<grpc::Slice>().swap(out_);
       Finish(grpc::Status::OK);
       return;
     }
-    write_ =
-        SerializeChunk(std::move(out_[next_]), next_ == 0 ? static_cast<int64_t>(total_out_) : 0);
-    ++next_;
+    std::vector<grpc::Slice> data;
+    size_t room = static_cast<size_t>(std::max<int64_t>(1, service_->options_.chunk_bytes));
+    while (room > 0 && next_ < out_.size()) {
+      grpc::Slice& slice = out_[next_];
+      const size_t take = std::min(room, slice.size() - next_offset_);
+      data.push_back(take == slice.size() ? slice : slice.sub(next_offset_, next_offset_ + take));
+      next_offset_ += take;
+      room -= take;
+      if (next_offset_ == slice.size()) {
+        slice = grpc::Slice();
+        ++next_;
+        next_offset_ = 0;
+      }
+    }
+    write_ = SerializeChunk(std::move(data), sent_any_ ? 0 : static_cast<int64_t>(total_out_));
+    sent_any_ = true;
     StartWrite(&write_);
   }
 
@@ -330,9 +345,11 @@ class GradService::StreamGradReactor final
   v1::GradRequest request_;
   v1::GradResponse response_;
   ChunkedResponse deferred_;      // response_'s big tensors, until serialized into out_
-  std::vector<std::string> out_;  // the serialized response, in chunks; each moved out when sent
+  std::vector<grpc::Slice> out_;  // the serialized response; each slice let go once sent
   size_t total_out_ = 0;          // bytes in out_
-  size_t next_ = 0;               // the chunk of out_ to write next
+  size_t next_ = 0;               // the slice of out_ the next chunk starts in
+  size_t next_offset_ = 0;        // and where in it
+  bool sent_any_ = false;         // a chunk was written
 };
 
 GradService::GradService(ServerOptions options, std::shared_ptr<TokenAuth> auth)
@@ -413,6 +430,9 @@ grpc::ServerUnaryReactor* GradService::ComputeGradients(grpc::CallbackServerCont
   job.response = messages->response();
   job.request_bytes = messages->request_bytes();
   job.op_records = messages->op_records();
+  // Note [Unary tensor bytes taken].
+  job.chunked = messages->chunked();
+  job.deferred = messages->deferred();
   if (!RunsInline(messages->request(), job.request_bytes, options_.max_inline_cost)) {
     return new UnaryGradReactor(this, context, std::move(job), std::move(messages),
                                 std::move(request_memory), response);

@@ -169,12 +169,13 @@ class GradService final
     int64_t request_bytes = 0;
     // The records of a unary request's ops as sent (UnaryMessages::op_records), or null.
     const std::string* op_records = nullptr;
-    // A streamed request's chunks, which *request was parsed from and which hold its big
-    // tensors' bytes (Note [Tensor bytes left in the chunks]); owned by the reactor, cleared
-    // by the worker. Null for unary calls.
+    // The chunks that hold the request's big tensors' bytes: a streamed request's, which
+    // *request was parsed from (Note [Tensor bytes left in the chunks]), or those taken out of
+    // a big unary request (Note [Unary tensor bytes taken]); owned by the reactor or the
+    // UnaryMessages, cleared by the worker. Null when there are none.
     ChunkedRequest* chunked = nullptr;
-    // Where a streamed response's big tensors wait to be written into its chunks; owned by
-    // the reactor. Null for unary calls.
+    // Where the response's big tensors wait to be serialized; owned by the reactor or the
+    // UnaryMessages.
     ChunkedResponse* deferred = nullptr;
     std::shared_ptr<autograd::CancellationToken> cancel;
     // Runs on the worker after the bookkeeping, with the request's status. Must be the last

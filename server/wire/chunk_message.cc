@@ -3,6 +3,7 @@
 #include "server/wire/chunk_message.h"
 
 #include <utility>
+#include <vector>
 
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/slice.h"
@@ -27,26 +28,38 @@ void GiveBack(void* owned) {
 }  // namespace
 
 grpc::ByteBuffer SerializeChunk(std::string data, int64_t total_bytes) {
+  std::vector<grpc::Slice> slices;
+  if (data.empty()) {
+    chunking::BufferPool::Default().Give(std::move(data));
+  } else {
+    auto* owned = new std::string(std::move(data));
+    slices.emplace_back(owned->data(), owned->size(), &GiveBack, owned);
+  }
+  return SerializeChunk(std::move(slices), total_bytes);
+}
+
+grpc::ByteBuffer SerializeChunk(std::vector<grpc::Slice> data, int64_t total_bytes) {
+  size_t data_bytes = 0;
+  for (const grpc::Slice& slice : data) data_bytes += slice.size();
   std::string framing;
   auto append = [&framing](const char* p, size_t n) { framing.append(p, n); };
-  grpc::Slice slices[3];
-  size_t n = 0;
-  if (!data.empty()) {
+  std::vector<grpc::Slice> slices;
+  slices.reserve(data.size() + 2);
+  if (data_bytes > 0) {
     PutVarint(kDataTag, append);
-    PutVarint(data.size(), append);
-    slices[n++] = grpc::Slice(framing);
-    auto* owned = new std::string(std::move(data));
-    slices[n++] = grpc::Slice(owned->data(), owned->size(), &GiveBack, owned);
+    PutVarint(data_bytes, append);
+    slices.emplace_back(framing);
+    for (grpc::Slice& slice : data) {
+      if (slice.size() > 0) slices.push_back(std::move(slice));
+    }
     framing.clear();
-  } else {
-    chunking::BufferPool::Default().Give(std::move(data));
   }
   if (total_bytes != 0) {
     PutVarint(kTotalBytesTag, append);
     PutVarint(static_cast<uint64_t>(total_bytes), append);  // int64: two's complement, as protobuf
-    slices[n++] = grpc::Slice(framing);
+    slices.emplace_back(framing);
   }
-  return grpc::ByteBuffer(slices, n);
+  return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
 bool ParseChunk(grpc::ByteBuffer* bytes, v1::Chunk* chunk) {

@@ -22,14 +22,19 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gradserve/v1/gradserve.pb.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/slice.h"
 
 namespace gradserve::server {
 
 // The serialized v1::Chunk with data and total_bytes, data's bytes not copied (see the Note).
 grpc::ByteBuffer SerializeChunk(std::string data, int64_t total_bytes);
+// As above, with data given as the slices it is made of, which gRPC takes as they are (Note
+// [Unary tensor bytes taken]: slices over an engine tensor's memory).
+grpc::ByteBuffer SerializeChunk(std::vector<grpc::Slice> data, int64_t total_bytes);
 
 // Parses *bytes (cleared) into *chunk, reusing chunk's data buffer; false if they are no Chunk.
 bool ParseChunk(grpc::ByteBuffer* bytes, v1::Chunk* chunk);

@@ -93,32 +93,6 @@ class WireReader {
 
 // Appends bytes to chunk strings of at most chunk_bytes, each reserved (not zero-filled) to
 // what it will hold, on a pooled buffer when there is one (Note [Chunk buffer pool]).
-class ChunkWriter {
- public:
-  ChunkWriter(std::vector<std::string>* chunks, size_t chunk_bytes, size_t total)
-      : chunks_(chunks), chunk_bytes_(chunk_bytes), remaining_(total) {}
-
-  void operator()(const char* data, size_t n) {
-    while (n > 0) {
-      if (chunks_->empty() || chunks_->back().size() == chunk_bytes_) {
-        chunks_->push_back(chunking::BufferPool::Default().Take());
-        chunks_->back().reserve(std::min(chunk_bytes_, remaining_));
-      }
-      std::string& chunk = chunks_->back();
-      const size_t k = std::min(n, chunk_bytes_ - chunk.size());
-      chunk.append(data, k);
-      data += k;
-      n -= k;
-      remaining_ -= std::min(remaining_, k);
-    }
-  }
-
- private:
-  std::vector<std::string>* const chunks_;
-  const size_t chunk_bytes_;
-  size_t remaining_;
-};
-
 }  // namespace
 
 // The request's pass (Note [Tensor bytes left in the chunks]).
@@ -270,6 +244,50 @@ uint64_t MarkerOf(const v1::Tensor& tensor) {
 
 }  // namespace
 
+namespace {
+
+// Removes a client's own markers from t (Note [Unary tensor bytes taken]).
+void DropMarkers(v1::Tensor* t) {
+  google::protobuf::UnknownFieldSet* unknown = t->GetReflection()->MutableUnknownFields(t);
+  if (!unknown->empty()) unknown->DeleteByNumber(kMarkerField);
+}
+
+}  // namespace
+
+int ChunkedRequest::TakeFrom(v1::GradRequest* request) {
+  external_.clear();
+  int taken = 0;
+  auto take = [&](v1::Tensor* t) {
+    DropMarkers(t);
+    if (t->contents_case() != v1::Tensor::kData || t->data().size() < kMinExternalBytes) return;
+    auto chunk = std::make_shared<std::string>();
+    chunk->swap(*t->mutable_data());
+    const size_t n = chunk->size();
+    size_ += static_cast<int64_t>(n);
+    chunks_.push_back(chunk);
+    external_.push_back(Bytes{{Piece{std::move(chunk), 0, n}}, n});
+    t->GetReflection()->MutableUnknownFields(t)->AddVarint(kMarkerField, external_.size());
+    ++taken;
+  };
+  // The graph's leaves and those of checkpoint bodies, at any depth (bounded by the parse).
+  std::vector<v1::Graph*> graphs;
+  if (request->has_graph()) graphs.push_back(request->mutable_graph());
+  while (!graphs.empty()) {
+    v1::Graph* g = graphs.back();
+    graphs.pop_back();
+    for (v1::Leaf& leaf : *g->mutable_leaves()) {
+      if (leaf.has_value()) take(leaf.mutable_value());
+    }
+    for (v1::Op& op : *g->mutable_ops()) {
+      if (op.has_body()) graphs.push_back(op.mutable_body());
+    }
+  }
+  for (v1::BackwardCall& call : *request->mutable_calls()) {
+    for (auto& [root, seed] : *call.mutable_seeds()) take(&seed);
+  }
+  return taken;
+}
+
 const ChunkedRequest::Bytes* ChunkedRequest::Find(const v1::Tensor& tensor) const {
   if (tensor.contents_case() != v1::Tensor::kData || !tensor.data().empty()) return nullptr;
   const uint64_t index = MarkerOf(tensor);
@@ -292,6 +310,35 @@ void ChunkedRequest::Clear() {
 
 namespace {
 
+// Writes into gRPC slices: the bytes around the deferred tensors copied into slices of their
+// own, each tensor's bytes a slice over its memory that owns a reference to it.
+class SliceWriter {
+ public:
+  explicit SliceWriter(std::vector<grpc::Slice>* slices) : slices_(slices) {}
+  ~SliceWriter() { Flush(); }
+
+  void Bytes(const char* data, size_t n) { pending_.append(data, n); }
+
+  void TensorBytes(const Tensor& t) {
+    if (t.nbytes() == 0) return;
+    Flush();
+    auto* owner = new Tensor(t);
+    slices_->emplace_back(owner->raw_data(), owner->nbytes(), &Release, owner);
+  }
+
+ private:
+  static void Release(void* owner) { delete static_cast<Tensor*>(owner); }
+
+  void Flush() {
+    if (pending_.empty()) return;
+    slices_->emplace_back(pending_);
+    pending_.clear();
+  }
+
+  std::vector<grpc::Slice>* const slices_;
+  std::string pending_;
+};
+
 // Writes a serialized skeleton (from protobuf, so well formed) with each marker replaced by
 // the data field of its tensor. Measure first (once), then Write.
 class Splicer {
@@ -303,7 +350,7 @@ class Splicer {
   size_t Measure(const Descriptor* d) { return Walk(d, chunks_[0]->size(), nullptr); }
 
   // Writes it, with the sizes found by Measure.
-  void Write(const Descriptor* d, ChunkWriter* out) {
+  void Write(const Descriptor* d, SliceWriter* out) {
     in_ = WireReader(&chunks_);
     next_size_ = 0;
     Walk(d, chunks_[0]->size(), out);
@@ -312,12 +359,12 @@ class Splicer {
  private:
   // Walks the fields up to end, writing them to out, or (out null) measuring them and
   // recording the sizes of sub-messages in sizes_, in the order Write needs them.
-  size_t Walk(const Descriptor* d, uint64_t end, ChunkWriter* out) {
+  size_t Walk(const Descriptor* d, uint64_t end, SliceWriter* out) {
     const bool is_tensor = d == v1::Tensor::descriptor();
     size_t size = 0;
     auto put = [&](const char* p, size_t n) {
       size += n;
-      if (out != nullptr) (*out)(p, n);
+      if (out != nullptr) out->Bytes(p, n);
     };
     auto copy = [&](const std::shared_ptr<std::string>& chunk, size_t offset, size_t n) {
       put(chunk->data() + offset, n);
@@ -336,7 +383,8 @@ class Splicer {
             const Tensor& t = tensors_[v - 1];
             PutVarint(Tag(kTensorDataField, WireFormat::WIRETYPE_LENGTH_DELIMITED), put);
             PutVarint(t.nbytes(), put);
-            put(static_cast<const char*>(t.raw_data()), t.nbytes());
+            size += t.nbytes();
+            if (out != nullptr) out->TensorBytes(t);
           } else {
             PutVarint(tag, put);
             PutVarint(v, put);
@@ -399,17 +447,16 @@ size_t ChunkedResponse::SerializedSize(const v1::GradResponse& response) const {
   return splicer.Measure(v1::GradResponse::descriptor());
 }
 
-bool ChunkedResponse::Serialize(const v1::GradResponse& response, int64_t chunk_bytes,
-                                std::vector<std::string>* chunks) const {
-  chunks->clear();
+bool ChunkedResponse::SerializeToSlices(const v1::GradResponse& response,
+                                        std::vector<grpc::Slice>* slices) const {
+  slices->clear();
   Splicer splicer(response.SerializeAsString(), tensors_);
   const size_t total = splicer.Measure(v1::GradResponse::descriptor());
   if (total > static_cast<size_t>(std::numeric_limits<int>::max())) return false;
-  const size_t chunk =
-      static_cast<size_t>(std::clamp<int64_t>(chunk_bytes, 1, std::numeric_limits<int>::max()));
-  ChunkWriter writer(chunks, chunk, total);
-  splicer.Write(v1::GradResponse::descriptor(), &writer);
-  if (chunks->empty()) chunks->emplace_back();
+  {
+    SliceWriter writer(slices);
+    splicer.Write(v1::GradResponse::descriptor(), &writer);
+  }
   return true;
 }
 

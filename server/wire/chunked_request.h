@@ -25,10 +25,23 @@
 //
 // ChunkedResponse is the same trick the other way: wire.cc's ToProto does not copy a big
 // gradient into the response message but marks the Tensor (an unknown field
-// kExternalDataField) and keeps the engine tensor; Serialize then writes the small serialized
-// skeleton into the outgoing chunks with each marker replaced by the `data` field, its bytes
-// copied once, straight from the engine tensor into the chunk strings (appended, so never
-// zero-filled first). Lengths of enclosing messages are computed in a first pass.
+// kExternalDataField) and keeps the engine tensor; SerializeToSlices then writes the small
+// serialized skeleton into gRPC slices with each marker replaced by the `data` field, whose
+// bytes are a slice over the engine tensor itself, holding a reference to it until gRPC has
+// sent them: no copy at all. The streamed reactor cuts those slices into its chunks (sub-slices,
+// no copy either). Lengths of enclosing messages are computed in a first pass. The message is
+// the one protobuf would write but for the order of fields: a deferred tensor's data comes
+// where its marker was, after the Tensor's other fields, which every parser reads the same.
+//
+// Note [Unary tensor bytes taken]
+// A unary request is parsed by protobuf (Note [Unary messages reused]), so a big tensor's
+// bytes arrive in a string of the message's own; the server then copied them into an engine
+// tensor, and the gradient back into a string of the response, which protobuf copied once more
+// into gRPC's slice: three copies of each big tensor. Now a unary request of at least
+// UnaryMessages::kMinTakenBytes goes through the same side table as a streamed one: TakeFrom
+// swaps each big Tensor.data string out of the message into a chunk (the string's buffer
+// moves, its bytes do not), so the tensor adopts it; and every unary response defers its big
+// tensors and hands them to gRPC as they are (SerializeToSlices), as a streamed one does.
 
 #ifndef GRADSERVE_SERVER_WIRE_CHUNKED_REQUEST_H_
 #define GRADSERVE_SERVER_WIRE_CHUNKED_REQUEST_H_
@@ -43,6 +56,7 @@
 #include "engine/tensor/memory_budget.h"
 #include "engine/tensor/tensor.h"
 #include "gradserve/v1/gradserve.pb.h"
+#include "grpcpp/support/slice.h"
 
 namespace gradserve::server {
 
@@ -76,8 +90,15 @@ class ChunkedRequest {
   // they do not form a gradserve.v1.GradRequest.
   absl::Status Parse(v1::GradRequest* request);
 
-  // The bytes of tensor's data if Parse left them in the chunks; null otherwise. tensor must
-  // be part of the request Parse filled.
+  // For a request protobuf parsed whole (a unary call's): moves the bytes of each
+  // Tensor.data of at least kMinExternalBytes out of *request into a chunk of their own, which
+  // the tensor made from it adopts (Note [Unary tensor bytes taken]), and marks the Tensor as
+  // Parse does. A client's own markers are removed from every Tensor first. Returns how many
+  // were taken; with none, Find finds nothing.
+  int TakeFrom(v1::GradRequest* request);
+
+  // The bytes of tensor's data if Parse or TakeFrom left them in the chunks; null otherwise.
+  // tensor must be part of the request Parse or TakeFrom filled.
   const Bytes* Find(const v1::Tensor& tensor) const;
 
   // Drops the chunks and the side table: tensors that adopted a chunk keep it alive (and are
@@ -114,10 +135,14 @@ class ChunkedResponse {
   // The size of response serialized with the deferred bytes in place.
   size_t SerializedSize(const v1::GradResponse& response) const;
 
-  // Serializes response, with the deferred bytes in place, into *chunks (cleared first) of at
-  // most chunk_bytes each, at least one. False if it would be larger than 2 GiB.
-  bool Serialize(const v1::GradResponse& response, int64_t chunk_bytes,
-                 std::vector<std::string>* chunks) const;
+  // Serializes response, with the deferred bytes in place, into *slices (cleared first): the
+  // bytes around the deferred tensors copied into slices, each deferred tensor's bytes a slice
+  // over the tensor's memory, which the slice keeps alive until gRPC is done with it: no copy
+  // (Note [Unary tensor bytes taken]). False if it would be larger than 2 GiB.
+  bool SerializeToSlices(const v1::GradResponse& response, std::vector<grpc::Slice>* slices) const;
+
+  // Whether a tensor is deferred.
+  bool empty() const { return tensors_.empty(); }
 
   // Drops the deferred tensors.
   void Clear() { std::vector<Tensor>().swap(tensors_); }

@@ -193,6 +193,7 @@ absl::Status UnaryMessages::ParseRequest(const grpc::ByteBuffer& bytes) {
   if (!request_.MergeFromBoundedZeroCopyStream(&reader, static_cast<int>(request_bytes_))) {
     return malformed();
   }
+  if (request_bytes_ >= kMinTakenBytes) taken_any_ = taken_.TakeFrom(&request_) > 0;
   return absl::OkStatus();
 }
 
@@ -216,6 +217,20 @@ bool UnaryMessages::ParseSmall() {
 }
 
 absl::Status UnaryMessages::SerializeResponse(grpc::ByteBuffer* bytes) {
+  if (!deferred_.empty()) {
+    // Note [Unary tensor bytes taken]: the big tensors go to gRPC as they are.
+    std::vector<grpc::Slice> slices;
+    if (!deferred_.SerializeToSlices(response_, &slices)) {
+      return absl::ResourceExhaustedError(
+          "the response takes more bytes than one message can carry; use "
+          "ComputeGradientsStream");
+    }
+    response_bytes_ = 0;
+    for (const grpc::Slice& slice : slices) response_bytes_ += slice.size();
+    *bytes = grpc::ByteBuffer(slices.data(), slices.size());
+    deferred_.Clear();
+    return absl::OkStatus();
+  }
   response_bytes_ = response_.ByteSizeLong();
   if (response_bytes_ > static_cast<size_t>(INT_MAX)) {
     return absl::ResourceExhaustedError(
@@ -243,6 +258,9 @@ void UnaryMessages::Reset() {
   request_.clear_allow_tf32();
   request_.GetReflection()->MutableUnknownFields(&request_)->Clear();
   response_.Clear();
+  taken_.Clear();
+  taken_any_ = false;
+  deferred_.Clear();
   request_bytes_ = 0;
   response_bytes_ = 0;
 }

@@ -45,6 +45,7 @@
 #include "absl/status/status.h"
 #include "gradserve/v1/gradserve.pb.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "server/wire/chunked_request.h"
 
 namespace gradserve::server {
 
@@ -57,6 +58,10 @@ class UnaryMessages {
   static constexpr size_t kCachedPerThread = 2;
   // A holder is kept only if its request and response were at most this large serialized.
   static constexpr size_t kMaxReusedBytes = size_t{8} << 10;
+  // A request at least this large has its big tensor bytes taken out of the message (Note
+  // [Unary tensor bytes taken]); a smaller one may be worth the graph cache more (Note
+  // [Reusing a validated graph]), which a request with taken bytes skips.
+  static constexpr size_t kMinTakenBytes = size_t{1} << 20;
 
   // Gives the holder back to the calling thread's cache (reset), or frees it.
   struct Recycle {
@@ -81,6 +86,12 @@ class UnaryMessages {
 
   const v1::GradRequest& request() const { return request_; }
   v1::GradResponse* response() { return &response_; }
+  // The request's big tensor bytes, taken out of it (Note [Unary tensor bytes taken]), for
+  // FromProto; null when ParseRequest took none. Valid until the holder is reset.
+  ChunkedRequest* chunked() { return taken_any_ ? &taken_ : nullptr; }
+  // Where the response's big tensors wait for SerializeResponse (Note [Unary tensor bytes
+  // taken]).
+  ChunkedResponse* deferred() { return &deferred_; }
   // The serialized size of the request ParseRequest read.
   int64_t request_bytes() const { return static_cast<int64_t>(request_bytes_); }
   // The records of request().graph().ops as the request carried them, which parse to exactly
@@ -101,6 +112,9 @@ class UnaryMessages {
 
   v1::GradRequest request_;
   v1::GradResponse response_;
+  ChunkedRequest taken_;
+  bool taken_any_ = false;
+  ChunkedResponse deferred_;
   size_t request_bytes_ = 0;
   size_t response_bytes_ = 0;
 

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "proto/chunking.h"
 #include "server/wire/chunked_request.h"
+#include "server/wire/unary_messages.h"
 #include "server/wire/wire.h"
 #include "tests/server/test_util.h"
 
@@ -55,6 +57,19 @@ v1::GradRequest BigRequest(int n) {
   HostTensor::Float32(Ramp(n, 0.25f), {n}).ToProto(&(*call.mutable_seeds())["y"]);
   b.ReturnValue("y");
   return b.request();
+}
+
+// BigRequest(n)'s result: x's gradient is 3 * the seed, y is 3 * x, each exactly.
+void ExpectBigResult(const client::GradResult& r, int n) {
+  const std::vector<float> x = Ramp(n, 0.5f), seed = Ramp(n, 0.25f);
+  const std::vector<double> g = r.calls[0].gradients[0].value->ToDoubles();
+  const std::vector<double> y = r.values[0].second.ToDoubles();
+  ASSERT_EQ(g.size(), static_cast<size_t>(n));
+  ASSERT_EQ(y.size(), static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(g[i], static_cast<float>(3 * seed[i])) << i;
+    ASSERT_EQ(y[i], static_cast<float>(3 * x[i])) << i;
+  }
 }
 
 TEST(ChunkedRequestTest, BigTensorBytesStayInTheChunksAcrossOddBoundaries) {
@@ -203,39 +218,111 @@ TEST(ChunkedRequestTest, MalformedStreamsAreInvalidArgument) {
   EXPECT_EQ(group.Parse(&parsed).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(ChunkedResponseTest, BigTensorsAreSplicedIntoTheChunks) {
+// Note [Unary tensor bytes taken]: a request protobuf parsed whole gives its big strings'
+// buffers to the side table (no copy), and a client's own markers never name another tensor's
+// bytes.
+TEST(ChunkedRequestTest, TakeFromMovesBigBytesAndDropsClientMarkers) {
+  const int n = 10007;
+  v1::GradRequest request = BigRequest(n);
+  // A client's marker on the small tensor, and on a tensor with no bytes: neither may come to
+  // stand for the big leaf's bytes (marker 1).
+  v1::Tensor* small = request.mutable_graph()->mutable_leaves(1)->mutable_value();
+  small->GetReflection()->MutableUnknownFields(small)->AddVarint(
+      server::ChunkedRequest::kExternalDataField, 1);
+  v1::Leaf* empty = request.mutable_graph()->add_leaves();
+  empty->set_name("empty");
+  empty->mutable_value()->set_dtype(v1::DTYPE_FLOAT32);
+  empty->mutable_value()->add_shape(n);
+  empty->mutable_value()->set_data("");
+  empty->mutable_value()
+      ->GetReflection()
+      ->MutableUnknownFields(empty->mutable_value())
+      ->AddVarint(server::ChunkedRequest::kExternalDataField, 1);
+  const std::string x_bytes = request.graph().leaves(0).value().data();
+  const char* x_buffer = request.graph().leaves(0).value().data().data();
+  const std::string seed_bytes = request.calls(0).seeds().at("y").data();
+
+  server::ChunkedRequest taken;
+  EXPECT_EQ(taken.TakeFrom(&request), 2);
+  const v1::Tensor& x = request.graph().leaves(0).value();
+  EXPECT_TRUE(x.data().empty());
+  const server::ChunkedRequest::Bytes* found = taken.Find(x);
+  ASSERT_NE(found, nullptr);
+  ASSERT_EQ(found->pieces.size(), 1u);
+  EXPECT_EQ(found->pieces[0].data(), x_buffer);  // moved, not copied
+  EXPECT_EQ(Gather(*found), x_bytes);
+  ASSERT_NE(taken.Find(request.calls(0).seeds().at("y")), nullptr);
+  EXPECT_EQ(Gather(*taken.Find(request.calls(0).seeds().at("y"))), seed_bytes);
+  EXPECT_EQ(taken.Find(request.graph().leaves(1).value()), nullptr);
+  EXPECT_EQ(taken.Find(request.graph().leaves(2).value()), nullptr);
+
+  // The leaf adopts the moved buffer; the empty tensor's bytes are missing, not x's.
+  absl::StatusOr<server::EngineRequest> engine =
+      server::FromProto(request, graph::Limits(), &taken);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(engine.status().message()), ::testing::HasSubstr("'empty'"));
+  request.mutable_graph()->mutable_leaves()->RemoveLast();
+  engine = server::FromProto(request, graph::Limits(), &taken);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const Tensor& leaf = engine->graph->leaves[0].value;
+  EXPECT_TRUE(leaf.storage()->adopted());
+  EXPECT_EQ(leaf.raw_data(), x_buffer);
+  EXPECT_EQ(std::memcmp(leaf.raw_data(), x_bytes.data(), x_bytes.size()), 0);
+}
+
+TEST(ChunkedResponseTest, SlicesCarryTheTensorsWithoutACopy) {
   const int n = 12345;
-  const Tensor grad = Tensor::FromVector(Ramp(n, 2), {n});
+  Tensor grad = Tensor::FromVector(Ramp(n, 2), {n});
+  const void* grad_memory = grad.raw_data();
   v1::GradResponse response;
   response.set_request_id("r");
-  server::ChunkedResponse deferred;
-  server::ToProto(grad, response.add_calls()->add_gradients()->mutable_value(), &deferred);
-  v1::Gradient* small = response.mutable_calls(0)->add_gradients();
-  server::ToProto(Tensor::FromVector<float>({1, 2}, {2}), small->mutable_value(), &deferred);
+  auto deferred = std::make_unique<server::ChunkedResponse>();
+  server::ToProto(grad, response.add_calls()->add_gradients()->mutable_value(), deferred.get());
+  server::ToProto(Tensor::FromVector<float>({1, 2}, {2}),
+                  response.mutable_calls(0)->add_gradients()->mutable_value(), deferred.get());
   response.mutable_calls(0)->mutable_gradients(0)->set_name("x");
   response.set_num_nodes(3);
-
+  EXPECT_FALSE(deferred->empty());
   v1::GradResponse expected = response;
   v1::Tensor* expected_value = expected.mutable_calls(0)->mutable_gradients(0)->mutable_value();
-  expected_value->DiscardUnknownFields();  // the marker
+  expected_value->DiscardUnknownFields();
   server::ToProto(grad, expected_value);
-  for (int64_t chunk_bytes : {int64_t{1000}, int64_t{4097}, int64_t{1} << 20}) {
-    std::vector<std::string> chunks;
-    ASSERT_TRUE(deferred.Serialize(response, chunk_bytes, &chunks));
-    size_t total = 0;
-    for (const std::string& c : chunks) {
-      EXPECT_LE(c.size(), static_cast<size_t>(chunk_bytes));
-      total += c.size();
-    }
-    EXPECT_EQ(total, deferred.SerializedSize(response));
-    EXPECT_EQ(total, expected.ByteSizeLong());
-    v1::GradResponse parsed;
-    ASSERT_TRUE(chunking::ParseFromChunks(chunks, &parsed));
-    const v1::Tensor& value = parsed.calls(0).gradients(0).value();
-    EXPECT_EQ(value.data(), expected.calls(0).gradients(0).value().data());
-    EXPECT_EQ(value.shape(0), n);
-    EXPECT_EQ(parsed.calls(0).gradients(1).value().data().size(), 8u);
-    EXPECT_EQ(parsed.num_nodes(), 3);
+
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(deferred->SerializeToSlices(response, &slices));
+  // The slices own their tensor: the gradient and the deferral may go first.
+  deferred.reset();
+  grad = Tensor();
+  std::string joined;
+  bool tensor_in_place = false;
+  for (const grpc::Slice& slice : slices) {
+    tensor_in_place |= static_cast<const void*>(slice.begin()) == grad_memory &&
+                       slice.size() == static_cast<size_t>(n) * 4;
+    joined.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  EXPECT_TRUE(tensor_in_place);
+  // The data field comes where the marker was (after device): the same message.
+  v1::GradResponse parsed;
+  ASSERT_TRUE(parsed.ParseFromString(joined));
+  EXPECT_EQ(joined.size(), expected.ByteSizeLong());
+  EXPECT_EQ(parsed.SerializeAsString(), expected.SerializeAsString());
+}
+
+// End to end over a unary call big enough to have its bytes taken (Note [Unary tensor bytes
+// taken]): the same gradients and values as the streamed form, bit for bit.
+TEST(StreamingTest, BigUnaryRequestWithTakenBytesRoundTrip) {
+  TestServer server;
+  auto client = client::Client::Connect(server.target());
+  const int n = 300007;  // 1.2 MB: over UnaryMessages::kMinTakenBytes
+  const v1::GradRequest request = BigRequest(n);
+  ASSERT_GE(request.ByteSizeLong(), server::UnaryMessages::kMinTakenBytes);
+  client::CallOptions unary;
+  unary.transport = client::CallOptions::Transport::kUnary;
+  for (int round = 0; round < 3; ++round) {  // and a holder of the thread's used again
+    absl::StatusOr<client::GradResult> r = client->Grad(request, unary);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ExpectBigResult(*r, n);
   }
 }
 
@@ -294,15 +381,7 @@ TEST(StreamingTest, MultiChunkRequestAndResponseRoundTrip) {
   stream.transport = client::CallOptions::Transport::kStream;
   absl::StatusOr<client::GradResult> r = client->Grad(request, stream);
   ASSERT_TRUE(r.ok()) << r.status();
-  const std::vector<float> x = Ramp(n, 0.5f), seed = Ramp(n, 0.25f);
-  const std::vector<double> g = r->calls[0].gradients[0].value->ToDoubles();
-  const std::vector<double> y = r->values[0].second.ToDoubles();
-  ASSERT_EQ(g.size(), static_cast<size_t>(n));
-  ASSERT_EQ(y.size(), static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    ASSERT_EQ(g[i], static_cast<float>(3 * seed[i])) << i;
-    ASSERT_EQ(y[i], static_cast<float>(3 * x[i])) << i;
-  }
+  ExpectBigResult(*r, n);
 }
 
 TEST(StreamingTest, BoolBytesAcrossChunksAreChecked) {
