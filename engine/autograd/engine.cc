@@ -271,8 +271,11 @@ std::shared_ptr<GraphFuture> Engine::execute_with_graph_task(
 // everything queued there (Note [ReadyQueue order]); when the same Node makes several tasks
 // ready, the one handed over is the first in that order and the rest are queued. So the order is
 // PyTorch's. A task pushed by another thread after the check could have been popped first; that
-// is a race PyTorch has too (whichever push happens first). The task is counted in
-// outstanding_tasks_ like a pushed one, so the pass ends the same way.
+// is a race PyTorch has too (whichever push happens first). The handed-over task takes over the
+// count in outstanding_tasks_ of the task that made it ready: the worker neither counts it nor
+// uncounts the task it ran, two atomic read-modify-writes fewer per Node of a chain, and the
+// pass is never seen complete while it waits. One queued after all (a later task of the same
+// Node runs first) is counted as it is queued.
 
 void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
   BusyScope busy;  // Note [Engine busy time]
@@ -319,9 +322,11 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
         local_graph_task->set_exception(absl::InternalError(e.what()), task.fn.get());
       }
     }
-    // Step 4: count the task done; whoever finishes the pass resolves it and, if that is not
-    // the owner, wakes the owner.
+    // Step 4: count the task done, unless the task handed over holds its count (Note [Handing
+    // the next task over]); whoever finishes the pass resolves it and, if that is not the
+    // owner, wakes the owner.
     task = NodeTask({}, nullptr, InputBuffer(0), 0);  // free the buffers before waking anyone
+    if (handoff.has_value()) continue;
     local_graph_task->outstanding_tasks_.fetch_sub(1, std::memory_order_acq_rel);
     if (local_graph_task->completed()) {
       local_graph_task->mark_as_completed_and_run_post_processing();
@@ -333,7 +338,8 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
       }
     }
   }
-  // A nested pass can end with a task of an outer one handed over: queue it for the outer loop.
+  // A nested pass can end with a task of an outer one handed over: queue it for the outer loop,
+  // with the count it holds.
   if (handoff.has_value()) {
     local_ready_queue->push(std::move(*handoff), /*increment_outstanding_tasks=*/false);
   }
@@ -424,19 +430,20 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
         queue->push(std::move(task));
         continue;
       }
-      // The handed-over task always runs before everything in this thread's queue.
+      // The handed-over task always runs before everything in this thread's queue. It holds
+      // the count of the task this thread runs now (Note [Handing the next task over]), so one
+      // it gives way to is counted as it is queued.
       if (handoff->has_value()) {
         if (!ReadyQueue::CompareNodeTaskTime()(**handoff, task)) {
           queue->push(std::move(task));
           continue;
         }
-        queue->push(std::move(**handoff), /*increment_outstanding_tasks=*/false);
+        queue->push(std::move(**handoff));
         handoff->reset();
       } else if (!queue->RunsBeforeAllQueued(task)) {
         queue->push(std::move(task));
         continue;
       }
-      graph_task->outstanding_tasks_.fetch_add(1, std::memory_order_relaxed);
       handoff->emplace(std::move(task));
     }
   }

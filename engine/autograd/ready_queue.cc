@@ -23,6 +23,7 @@ void ReadyQueue::push(NodeTask task, bool increment_outstanding_tasks) {
   {
     MutexLock lock(&mutex_);
     heap_.push(std::move(task));
+    queued_.store(heap_.size(), std::memory_order_release);
   }
   not_empty_.Signal();
 }
@@ -31,6 +32,7 @@ void ReadyQueue::push_shutdown_task() {
   {
     MutexLock lock(&mutex_);
     heap_.push(NodeTask({}, nullptr, InputBuffer(0), 0, /*is_shutdown_task=*/true));
+    queued_.store(heap_.size(), std::memory_order_release);
   }
   not_empty_.Signal();
 }
@@ -44,6 +46,7 @@ NodeTask ReadyQueue::pop() {
   // priority_queue::top is const; the task is moved out just before it is popped.
   NodeTask task = std::move(const_cast<NodeTask&>(heap_.top()));
   heap_.pop();
+  queued_.store(heap_.size(), std::memory_order_release);
   return task;
 }
 
@@ -59,6 +62,7 @@ std::optional<NodeTask> ReadyQueue::pop(absl::Time deadline) {
   }
   NodeTask task = std::move(const_cast<NodeTask&>(heap_.top()));
   heap_.pop();
+  queued_.store(heap_.size(), std::memory_order_release);
   return task;
 }
 
@@ -68,6 +72,9 @@ size_t ReadyQueue::size() const {
 }
 
 bool ReadyQueue::RunsBeforeAllQueued(const NodeTask& task) const {
+  // A push that the load misses could have come a moment later: the race Note [Handing the
+  // next task over] accepts either way.
+  if (queued_.load(std::memory_order_acquire) == 0) return true;
   MutexLock lock(&mutex_);
   return heap_.empty() || !CompareNodeTaskTime()(task, heap_.top());
 }

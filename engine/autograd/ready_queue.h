@@ -3,6 +3,7 @@
 #ifndef GRADSERVE_ENGINE_AUTOGRAD_READY_QUEUE_H_
 #define GRADSERVE_ENGINE_AUTOGRAD_READY_QUEUE_H_
 
+#include <atomic>
 #include <optional>
 #include <queue>
 #include <vector>
@@ -50,6 +51,9 @@ class ReadyQueue {
   CondVar not_empty_;
   std::priority_queue<NodeTask, std::vector<NodeTask>, CompareNodeTaskTime> heap_
       ABSL_GUARDED_BY(mutex_);
+  // heap_.size(), written under mutex_, read without it by RunsBeforeAllQueued: an empty queue
+  // (every Node of a chain) answers with one load, not a lock.
+  std::atomic<size_t> queued_{0};
 };
 
 }  // namespace gradserve::autograd
