@@ -275,37 +275,48 @@ std::shared_ptr<GraphFuture> Engine::execute_with_graph_task(
 // count in outstanding_tasks_ of the task that made it ready: the worker neither counts it nor
 // uncounts the task it ran, two atomic read-modify-writes fewer per Node of a chain, and the
 // pass is never seen complete while it waits. One queued after all (a later task of the same
-// Node runs first) is counted as it is queued.
+// Node runs first) is counted as it is queued. Nor does it name its GraphTask, as a queued
+// task does with a weak pointer that the worker locks: the thread keeps the strong one it
+// holds for the Node before, two atomic operations fewer again, and names the pass only if
+// the task is queued after all.
 
 void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
   BusyScope busy;  // Note [Engine busy time]
   const absl::Time deadline =
       graph_task != nullptr ? graph_task->deadline() : absl::InfiniteFuture();
   std::optional<NodeTask> handoff;
+  // The pass of the task being run. Kept for a task handed over, which is the same pass's;
+  // let go before waiting for the queue, so that an idle worker keeps no pass alive.
+  std::shared_ptr<GraphTask> local_graph_task;
   while (graph_task == nullptr || !graph_task->future_result_->completed()) {
     // Step 1: take the task handed over by the last Node, else the next one from the queue, or
     // give up waiting at the pass's deadline.
     std::optional<NodeTask> popped;
-    if (handoff.has_value()) {
+    const bool handed_over = handoff.has_value();
+    if (handed_over) {
       popped = std::move(handoff);
       handoff.reset();
-    } else if (deadline == absl::InfiniteFuture()) {
-      popped.emplace(local_ready_queue->pop());
     } else {
-      popped = local_ready_queue->pop(deadline);
-      if (!popped.has_value()) {
-        absl::Status status = graph_task->cancel_->Check();
-        if (status.ok()) {
-          status = absl::DeadlineExceededError("the call's deadline passed during the backward");
+      local_graph_task.reset();
+      if (deadline == absl::InfiniteFuture()) {
+        popped.emplace(local_ready_queue->pop());
+      } else {
+        popped = local_ready_queue->pop(deadline);
+        if (!popped.has_value()) {
+          absl::Status status = graph_task->cancel_->Check();
+          if (status.ok()) {
+            status = absl::DeadlineExceededError("the call's deadline passed during the backward");
+          }
+          graph_task->set_exception(std::move(status), nullptr);
+          continue;
         }
-        graph_task->set_exception(std::move(status), nullptr);
-        continue;
       }
     }
     NodeTask& task = *popped;
     if (task.is_shutdown_task) break;
-    // Step 2: skip tasks of passes that are gone (Note [GraphTask lifetime]).
-    std::shared_ptr<GraphTask> local_graph_task = task.base.lock();
+    // Step 2: skip tasks of passes that are gone (Note [GraphTask lifetime]). A task handed
+    // over names no pass: it is the one this thread holds.
+    if (!handed_over) local_graph_task = task.base.lock();
     if (local_graph_task == nullptr) continue;
     // Step 3: evaluate the Node, unless the pass already failed or was cancelled.
     if (task.fn != nullptr && !local_graph_task->has_error_.load(std::memory_order_acquire)) {
@@ -339,8 +350,9 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
     }
   }
   // A nested pass can end with a task of an outer one handed over: queue it for the outer loop,
-  // with the count it holds.
+  // naming its pass, with the count it holds.
   if (handoff.has_value()) {
+    handoff->base = local_graph_task;
     local_ready_queue->push(std::move(*handoff), /*increment_outstanding_tasks=*/false);
   }
 }
@@ -424,10 +436,15 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
         device_queue = ready_queue(graph_task->cpu_ready_queue_, device);
         queue = device_queue.get();
       }
-      NodeTask task(graph_task, next.function, std::move(input_buffer),
-                    graph_task->reentrant_depth_);
+      // A queued task names its pass (weakly); the task handed over names none, as the thread
+      // running it holds its pass (Note [Handing the next task over]).
+      NodeTask task({}, next.function, std::move(input_buffer), graph_task->reentrant_depth_);
+      auto push = [&](NodeTask&& queued) {
+        queued.base = graph_task;
+        queue->push(std::move(queued));
+      };
       if (queue != local_ready_queue.get()) {
-        queue->push(std::move(task));
+        push(std::move(task));
         continue;
       }
       // The handed-over task always runs before everything in this thread's queue. It holds
@@ -435,13 +452,13 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
       // it gives way to is counted as it is queued.
       if (handoff->has_value()) {
         if (!ReadyQueue::CompareNodeTaskTime()(**handoff, task)) {
-          queue->push(std::move(task));
+          push(std::move(task));
           continue;
         }
-        queue->push(std::move(**handoff));
+        push(std::move(**handoff));
         handoff->reset();
       } else if (!queue->RunsBeforeAllQueued(task)) {
-        queue->push(std::move(task));
+        push(std::move(task));
         continue;
       }
       handoff->emplace(std::move(task));
