@@ -67,6 +67,20 @@ func assertClose(t *testing.T, what string, got, want []float64, tol float64) {
 	}
 }
 
+// grad sends g's request and fails the test on any error.
+func grad(t *testing.T, client *gradserve.Client, g *gradserve.Graph) *gradserve.Result {
+	t.Helper()
+	req, err := g.Request("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	result, err := client.Grad(timeout(t, 30*time.Second), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return result
+}
+
 func dial(t *testing.T, address string, opts ...gradserve.Option) *gradserve.Client {
 	t.Helper()
 	c, err := gradserve.Dial(address, append([]gradserve.Option{gradserve.WithToken("")}, opts...)...)
@@ -129,14 +143,7 @@ func TestFloat32AndSeedsAndUnused(t *testing.T) {
 		Op("sum", []string{"e"}, "s", gradserve.Attr("dim", []int64{1})).
 		Backward([]string{"s"}, gradserve.Seed("s", g.Must(gradserve.Float32([]float32{1, 2}))),
 			gradserve.Inputs("a", "b"), gradserve.AllowUnused())
-	req, err := g.Request("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	result, err := client.Grad(timeout(t, 30*time.Second), req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	result := grad(t, client, g)
 	ga := result.Calls[0].Gradients["a"]
 	got, err := ga.Float32s()
 	if err != nil {
@@ -167,14 +174,7 @@ func TestSixteenBitTensors(t *testing.T) {
 			Op("mul", []string{"x", "x"}, "y").
 			Op("sum", []string{"y"}, "s").
 			Backward([]string{"s"}, gradserve.Inputs("x"))
-		req, err := g.Request("")
-		if err != nil {
-			t.Fatal(err)
-		}
-		result, err := client.Grad(timeout(t, 30*time.Second), req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		result := grad(t, client, g)
 		gx := result.Calls[0].Gradients["x"]
 		if gx.DType() != x.DType() {
 			t.Fatalf("gradient is %v, want %v", gx.DType(), x.DType())
@@ -393,14 +393,7 @@ print(json.dumps({"x": x.flatten().tolist(), "w1": w1.flatten().tolist(), "b1": 
 
 	g := crossEntropy(mlp(gradserve.NewGraph())).
 		Backward([]string{"loss"}, gradserve.Inputs("w1", "b1", "w2"))
-	req, err := g.Request("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	result, err := client.Grad(timeout(t, 30*time.Second), req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	result := grad(t, client, g)
 	check("one-shot", result.Calls[0], result.Values)
 
 	// A session: the forward pass to the logits, then the loss added by Extend.

@@ -64,19 +64,24 @@ func Float32(values []float32, shape ...int64) (Tensor, error) {
 // Float16 is a float16 tensor of values rounded to IEEE binary16 (to nearest, ties to even, past
 // 65504 to infinity), as torch.float16 rounds; see Float32. The server computes it in float32.
 func Float16(values []float32, shape ...int64) (Tensor, error) {
-	return sixteenBit(pb.DType_DTYPE_FLOAT16, values, shape, halfBits)
+	return sixteenBit(pb.DType_DTYPE_FLOAT16, values, shape)
 }
 
 // BFloat16 is a bfloat16 tensor of values rounded to bfloat16 (the upper half of a float32, to
 // nearest, ties to even), as torch.bfloat16 rounds; see Float32.
 func BFloat16(values []float32, shape ...int64) (Tensor, error) {
-	return sixteenBit(pb.DType_DTYPE_BFLOAT16, values, shape, bfloat16Bits)
+	return sixteenBit(pb.DType_DTYPE_BFLOAT16, values, shape)
 }
 
-func sixteenBit(d pb.DType, values []float32, shape []int64, bits func(float32) uint16) (Tensor, error) {
+// A tensor of dtype d (float16 or bfloat16) of values rounded to d.
+func sixteenBit(d pb.DType, values []float32, shape []int64) (Tensor, error) {
 	s, err := shapeFor(len(values), shape)
 	if err != nil {
 		return Tensor{}, err
+	}
+	bits := bfloat16Bits
+	if d == pb.DType_DTYPE_FLOAT16 {
+		bits = halfBits
 	}
 	data := make([]byte, 2*len(values))
 	for i, v := range values {
@@ -219,8 +224,7 @@ func FromProto(m *pb.Tensor) (Tensor, error) {
 			for i, d := range v.Doubles {
 				f[i] = float32(d)
 			}
-			return sixteenBit(m.Dtype, f, m.Shape, map[pb.DType]func(float32) uint16{
-				pb.DType_DTYPE_FLOAT16: halfBits, pb.DType_DTYPE_BFLOAT16: bfloat16Bits}[m.Dtype])
+			return sixteenBit(m.Dtype, f, m.Shape)
 		default:
 			return Bool(v.Bools, m.Shape...)
 		}

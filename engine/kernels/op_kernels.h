@@ -217,11 +217,8 @@ void MapKernelImpl(const Tensor& out, Fn& fn, std::index_sequence<I...>, TensorR
       return;
     }
     // Note [Intra-op parallelism]: a long loop is shared with idle helper threads.
-    ParallelBlocks(n, [&](int64_t, int64_t first, int64_t last) {
-      WorkMeter chunk_meter;
-      ForEachBlock(last - first, chunk_meter, [&](int64_t begin, int64_t end) {
-        for (int64_t i = first + begin; i < first + end; ++i) o[i] = fn(std::get<I>(in)[i]...);
-      });
+    ForEachBlockShared(n, meter, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) o[i] = fn(std::get<I>(in)[i]...);
     });
     return;
   }
@@ -235,30 +232,18 @@ void MapKernelImpl(const Tensor& out, Fn& fn, std::index_sequence<I...>, TensorR
       [&](const std::array<int64_t, N>& off, const std::array<int64_t, N>& step, int64_t count) {
         OutT* const row = o + off[0];
         const std::tuple<const InTs*...> rows{std::get<I>(in) + off[I + 1]...};
-        auto run = [&](int64_t first, int64_t last, WorkMeter& m) {
-          if (step[0] == 1 && ((step[I + 1] == 1) && ...)) {
-            ForEachBlock(last - first, m, [&](int64_t begin, int64_t end) {
-              for (int64_t j = first + begin; j < first + end; ++j) {
-                row[j] = fn(std::get<I>(rows)[j]...);
-              }
-            });
-          } else {
-            ForEachBlock(last - first, m, [&](int64_t begin, int64_t end) {
-              for (int64_t j = first + begin; j < first + end; ++j) {
-                row[j * step[0]] = fn(std::get<I>(rows)[j * step[I + 1]]...);
-              }
-            });
-          }
-        };
-        if (count < kParallelMinUnits) {
-          run(0, count, meter);
-          return;
+        // A long row (a broadcast operand's, as a sum's gradient) is shared too.
+        if (step[0] == 1 && ((step[I + 1] == 1) && ...)) {
+          ForEachBlockShared(count, meter, [&](int64_t begin, int64_t end) {
+            for (int64_t j = begin; j < end; ++j) row[j] = fn(std::get<I>(rows)[j]...);
+          });
+        } else {
+          ForEachBlockShared(count, meter, [&](int64_t begin, int64_t end) {
+            for (int64_t j = begin; j < end; ++j) {
+              row[j * step[0]] = fn(std::get<I>(rows)[j * step[I + 1]]...);
+            }
+          });
         }
-        // A long row (a broadcast operand's, as a sum's gradient): Note [Intra-op parallelism].
-        ParallelBlocks(count, [&](int64_t, int64_t first, int64_t last) {
-          WorkMeter chunk_meter;
-          run(first, last, chunk_meter);
-        });
       });
 }
 }  // namespace internal

@@ -148,15 +148,11 @@ void ParallelBlocks(int64_t n,
     return;
   }
   const int threads = IntraOpThreads();
-  if (threads == 1) {
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t begin = c * kParallelChunk;
-      fn(c, begin, std::min(n, begin + kParallelChunk));
-    }
-    return;
-  }
   auto job = std::make_shared<Job>(n, chunks, fn, CurrentCancellationToken());
-  Helpers::Get().Offer(job, static_cast<int>(std::min<int64_t>(threads - 1, chunks - 1)), threads);
+  if (threads > 1) {
+    Helpers::Get().Offer(job, static_cast<int>(std::min<int64_t>(threads - 1, chunks - 1)),
+                         threads);
+  }
   Work(*job);
   MutexLock lock(&job->mutex);
   job->all_done.Wait(&job->mutex,

@@ -32,6 +32,7 @@
 #include <cstdint>
 
 #include "absl/functional/function_ref.h"
+#include "engine/util/cancellation.h"
 
 namespace gradserve {
 
@@ -57,6 +58,23 @@ int64_t ParallelChunks(int64_t n);
 // exception a chunk threw (Note [Intra-op parallelism]).
 void ParallelBlocks(int64_t n,
                     absl::FunctionRef<void(int64_t chunk, int64_t begin, int64_t end)> fn);
+
+// ForEachBlock (engine/util/cancellation.h) over [0, n), but for a range of kParallelMinUnits or
+// more, shared out with ParallelBlocks: each chunk walks its own blocks, fn(begin, end) with
+// absolute bounds, counted in a meter of its own. So fn may run on several threads at once, on
+// disjoint ranges; a shorter range is exactly ForEachBlock, counted in meter.
+template <typename Fn>
+void ForEachBlockShared(int64_t n, WorkMeter& meter, Fn&& fn) {
+  if (n < kParallelMinUnits) {
+    ForEachBlock(n, meter, fn);
+    return;
+  }
+  ParallelBlocks(n, [&](int64_t, int64_t first, int64_t last) {
+    WorkMeter chunk_meter;
+    ForEachBlock(last - first, chunk_meter,
+                 [&](int64_t begin, int64_t end) { fn(first + begin, first + end); });
+  });
+}
 
 }  // namespace gradserve
 

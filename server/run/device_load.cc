@@ -41,29 +41,29 @@ void DeviceLoad::Add(Devices& devices, int16_t index, int64_t delta) {
   }
 }
 
+void DeviceLoad::Count(DeviceChoice choice, int64_t delta) {
+  Add(gpus_, choice.cuda, delta);
+  Add(sims_, choice.sim, delta);
+}
+
 DeviceLoad::Lease DeviceLoad::Acquire() {
   if (!counts_) return Lease(nullptr, DeviceChoice{});  // index 0 of each type, or nothing
   MutexLock lock(&mu_);
-  DeviceChoice choice;
-  choice.cuda = Pick(gpus_);
-  choice.sim = Pick(sims_);
-  Add(gpus_, choice.cuda, 1);
-  Add(sims_, choice.sim, 1);
+  const DeviceChoice choice{Pick(gpus_), Pick(sims_)};
+  Count(choice, 1);
   return Lease(this, choice);
 }
 
 DeviceLoad::Lease DeviceLoad::Hold(DeviceChoice choice) {
   if (!counts_) return Lease(nullptr, choice);
   MutexLock lock(&mu_);
-  Add(gpus_, choice.cuda, 1);
-  Add(sims_, choice.sim, 1);
+  Count(choice, 1);
   return Lease(this, choice);
 }
 
 void DeviceLoad::Release(DeviceChoice choice) {
   MutexLock lock(&mu_);
-  Add(gpus_, choice.cuda, -1);
-  Add(sims_, choice.sim, -1);
+  Count(choice, -1);
 }
 
 std::vector<int64_t> DeviceLoad::GpuLeases() const {

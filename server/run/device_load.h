@@ -71,6 +71,8 @@ class DeviceLoad {
 
   static int16_t Pick(Devices& devices);
   static void Add(Devices& devices, int16_t index, int64_t delta);
+  // Adds delta to the leases of both of choice's devices.
+  void Count(DeviceChoice choice, int64_t delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Release(DeviceChoice choice);
 
   // More than one GPU or simulated device: leases are counted.

@@ -91,8 +91,6 @@ class WireReader {
   uint64_t position_ = 0;
 };
 
-// Appends bytes to chunk strings of at most chunk_bytes, each reserved (not zero-filled) to
-// what it will hold, on a pooled buffer when there is one (Note [Chunk buffer pool]).
 }  // namespace
 
 // The request's pass (Note [Tensor bytes left in the chunks]).
@@ -241,10 +239,6 @@ uint64_t MarkerOf(const v1::Tensor& tensor) {
   }
   return index;
 }
-
-}  // namespace
-
-namespace {
 
 // Removes a client's own markers from t (Note [Unary tensor bytes taken]).
 void DropMarkers(v1::Tensor* t) {

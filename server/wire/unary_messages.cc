@@ -216,14 +216,23 @@ bool UnaryMessages::ParseSmall() {
   return parsed;
 }
 
+namespace {
+
+// A response over protobuf's 2 GiB, which one message cannot carry.
+absl::Status TooLargeForOneMessage(size_t bytes) {
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the response takes ", bytes,
+                   " bytes, more than one message can carry; use ComputeGradientsStream"));
+}
+
+}  // namespace
+
 absl::Status UnaryMessages::SerializeResponse(grpc::ByteBuffer* bytes) {
   if (!deferred_.empty()) {
     // Note [Unary tensor bytes taken]: the big tensors go to gRPC as they are.
     std::vector<grpc::Slice> slices;
     if (!deferred_.SerializeToSlices(response_, &slices)) {
-      return absl::ResourceExhaustedError(
-          "the response takes more bytes than one message can carry; use "
-          "ComputeGradientsStream");
+      return TooLargeForOneMessage(deferred_.SerializedSize(response_));
     }
     response_bytes_ = 0;
     for (const grpc::Slice& slice : slices) response_bytes_ += slice.size();
@@ -232,11 +241,7 @@ absl::Status UnaryMessages::SerializeResponse(grpc::ByteBuffer* bytes) {
     return absl::OkStatus();
   }
   response_bytes_ = response_.ByteSizeLong();
-  if (response_bytes_ > static_cast<size_t>(INT_MAX)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the response takes ", response_bytes_,
-                     " bytes, more than one message can carry; use ComputeGradientsStream"));
-  }
+  if (response_bytes_ > static_cast<size_t>(INT_MAX)) return TooLargeForOneMessage(response_bytes_);
   // ByteSizeLong cached every sub-message's size, so the bytes are written in one pass.
   grpc::Slice slice(response_bytes_);
   response_.SerializeWithCachedSizesToArray(const_cast<uint8_t*>(slice.begin()));
