@@ -27,23 +27,11 @@ absl::Status MemoryBudget::TryCharge(int64_t bytes) {
         what_, " exceeded: allocating ", bytes, " bytes is more than any budget counts (at most ",
         kMaxChargeBytes, " bytes at once)"));
   }
-  const int64_t now = (state_.fetch_add(2 * bytes, std::memory_order_relaxed) >> 1) + bytes;
-  if (now > limit_) {
-    state_.fetch_sub(2 * bytes, std::memory_order_relaxed);
-    return absl::ResourceExhaustedError(
-        absl::StrCat(what_, " exceeded: allocating ", bytes, " bytes with ", now - bytes,
-                     " in use would pass the limit of ", limit_, " bytes"));
-  }
-  if (parent_ != nullptr) {
-    if (absl::Status s = parent_->TryCharge(bytes); !s.ok()) {
-      state_.fetch_sub(2 * bytes, std::memory_order_relaxed);
-      return s;
-    }
-  }
-  int64_t peak = peak_.load(std::memory_order_relaxed);
-  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-  }
-  return absl::OkStatus();
+  const MemoryBudget* refused = ChargeChain(bytes);
+  if (refused == nullptr) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat(refused->what_, " exceeded: allocating ", bytes, " bytes with ", refused->used(),
+                   " in use would pass the limit of ", refused->limit_, " bytes"));
 }
 
 void MemoryBudget::ChargeOrThrow(int64_t bytes) {

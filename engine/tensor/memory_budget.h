@@ -83,19 +83,13 @@ class MemoryBudget {
   MemoryBudget& operator=(const MemoryBudget&) = delete;
 
   // Adds bytes here and to every parent, or throws RESOURCE_EXHAUSTED naming the limit it would
-  // pass (and adds nothing anywhere). Inline: a recorded graph's Nodes are charged one by one
-  // (Note [Nodes on the budget]); a budget within a parent takes the out-of-line path. The
+  // pass (and adds nothing anywhere). Inline: every tensor and every recorded Node is charged
+  // (Note [Nodes on the budget]), most of them to a request's budget within the server's, so
+  // the chain is walked in a loop here and only a refusal takes the out-of-line path. The
   // caller holds an owner of this budget or a charge to it.
   void Charge(int64_t bytes) {
-    if (parent_ == nullptr && bytes <= kMaxChargeBytes) [[likely]] {
-      const int64_t now = (state_.fetch_add(2 * bytes, std::memory_order_relaxed) >> 1) + bytes;
-      if (now <= limit_) [[likely]] {
-        int64_t peak = peak_.load(std::memory_order_relaxed);
-        while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-        }
-        return;
-      }
-      state_.fetch_sub(2 * bytes, std::memory_order_relaxed);
+    if (bytes <= kMaxChargeBytes && ChargeChain(bytes) == nullptr) [[likely]] {
+      return;
     }
     ChargeOrThrow(bytes);
   }
@@ -133,6 +127,26 @@ class MemoryBudget {
   }
   // Charge's slow path: TryCharge, throwing its error.
   void ChargeOrThrow(int64_t bytes);
+  // Adds bytes (at most kMaxChargeBytes) to this budget and then to each parent in turn. At
+  // the first that it would take past its limit, takes them back from that one and those
+  // before it and returns it; nullptr once every budget of the chain holds them. A peak is
+  // raised as its budget is charged, so a charge a parent then refuses may still raise a
+  // child's peak: the bytes were counted there for that moment.
+  MemoryBudget* ChargeChain(int64_t bytes) {
+    for (MemoryBudget* b = this; b != nullptr; b = b->parent_.get()) {
+      const int64_t now = (b->state_.fetch_add(2 * bytes, std::memory_order_relaxed) >> 1) + bytes;
+      if (now > b->limit_) [[unlikely]] {
+        for (MemoryBudget* u = this;; u = u->parent_.get()) {
+          u->state_.fetch_sub(2 * bytes, std::memory_order_relaxed);
+          if (u == b) return b;
+        }
+      }
+      int64_t peak = b->peak_.load(std::memory_order_relaxed);
+      while (now > peak && !b->peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+      }
+    }
+    return nullptr;
+  }
 
   const int64_t limit_;
   const int64_t max_tensor_elements_;

@@ -65,6 +65,16 @@ Strides ContiguousStrides(absl::Span<const int64_t> shape) {
   return strides;
 }
 
+bool IsContiguous(absl::Span<const int64_t> shape, absl::Span<const int64_t> strides) {
+  int64_t expected = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] == 1) continue;
+    if (strides[d] != expected) return false;
+    expected *= shape[d];
+  }
+  return true;
+}
+
 std::string ShapeToString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }

@@ -28,6 +28,10 @@ int64_t Numel(absl::Span<const int64_t> shape);
 // Row-major strides for a shape that CheckedNumel accepts.
 Strides ContiguousStrides(absl::Span<const int64_t> shape);
 
+// Whether strides are shape's row-major ones, dimensions of size 1 aside (their stride is never
+// stepped over).
+bool IsContiguous(absl::Span<const int64_t> shape, absl::Span<const int64_t> strides);
+
 // "[2, 3]"; "[]" for a 0-d tensor.
 std::string ShapeToString(absl::Span<const int64_t> shape);
 

@@ -56,6 +56,7 @@ TensorImpl::TensorImpl(std::shared_ptr<Storage> storage, int64_t storage_offset,
       shape(std::move(shape)),
       strides(std::move(strides)),
       dtype(dtype),
+      contiguous(IsContiguous(this->shape, this->strides)),
       numel(numel) {}
 
 TensorImpl::~TensorImpl() = default;
@@ -109,17 +110,6 @@ Tensor Tensor::Full(absl::Span<const int64_t> shape, double value, DType dtype, 
 
 Tensor Tensor::Scalar(double value, DType dtype, Device device) {
   return Full({}, value, dtype, device);
-}
-
-bool Tensor::is_contiguous() const {
-  int64_t expected = 1;
-  for (int64_t d = dim() - 1; d >= 0; --d) {
-    const int64_t size = impl_->shape[d];
-    if (size == 1) continue;
-    if (impl_->strides[d] != expected) return false;
-    expected *= size;
-  }
-  return true;
 }
 
 std::string Tensor::DebugString() const {

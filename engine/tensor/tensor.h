@@ -43,6 +43,9 @@ struct TensorImpl {
   // expand, squeeze, unsqueeze) over another value's elements, which an in-place op on it would
   // change too (Note [In-place ops] in engine/ops/inplace.h). Set before the tensor is shared.
   bool is_view = false;
+  // Whether the strides are the packed row-major ones (dimensions of size 1 aside): set once
+  // from shape and strides, which never change, since ops ask it of every input.
+  bool contiguous;
   int64_t numel;
   // Null until autograd needs it (requires_grad, a grad_fn, a name); made by engine/autograd
   // (Note [Autograd metadata behind an interface]).
@@ -89,7 +92,7 @@ class Tensor {
   int64_t numel() const { return impl_->numel; }
   size_t nbytes() const { return static_cast<size_t>(numel()) * ElementSize(dtype()); }
   int64_t storage_offset() const { return impl_->storage_offset; }
-  bool is_contiguous() const;
+  bool is_contiguous() const { return impl_->contiguous; }
   // PyTorch's _version: how many in-place writes this tensor's elements have had, counted on
   // the storage its views and aliases share (Note [Version counter]).
   uint32_t version() const { return impl_->storage->version(); }

@@ -38,6 +38,22 @@ TEST(TensorTest, CopyConvertsAndWalksStrides) {
   EXPECT_EQ(d[5], 6);
 }
 
+// The flag each TensorImpl keeps from its shape and strides at construction.
+TEST(TensorTest, ContiguityIsKeptFromShapeAndStrides) {
+  Tensor t = Tensor::Empty({2, 3, 4}, DType::kFloat32);
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_TRUE(Tensor::Empty({}, DType::kFloat32).is_contiguous());
+  EXPECT_TRUE(Tensor::Empty({0, 3}, DType::kFloat32).is_contiguous());
+  EXPECT_FALSE(t.AsStrided({3, 2}, {1, 3}, 0).is_contiguous());  // a transpose
+  EXPECT_FALSE(t.AsStrided({2, 3}, {0, 1}, 0).is_contiguous());  // an expand
+  EXPECT_FALSE(t.AsStrided({2, 2}, {4, 1}, 0).is_contiguous());  // rows with a gap
+  // A dimension of size 1 is never stepped over, whatever its stride.
+  EXPECT_TRUE(t.AsStrided({1, 4}, {99, 1}, 4).is_contiguous());
+  EXPECT_TRUE(t.AsStrided({2, 1, 4}, {4, 7, 1}, 0).is_contiguous());
+  EXPECT_TRUE(IsContiguous({4, 1}, {1, 0}));
+  EXPECT_FALSE(IsContiguous({4, 2}, {1, 4}));
+}
+
 TEST(TensorTest, EmptyRejectsHugeShapes) {
   EXPECT_THROW(Tensor::Empty({int64_t{1} << 40, int64_t{1} << 30}, DType::kFloat32), StatusError);
 }
@@ -161,6 +177,52 @@ TEST(TensorTest, ABudgetWithinABudgetChargesBothAndNamesTheLimitPassed) {
   EXPECT_EQ(server->used(), 600);
   moved.Reset();
   EXPECT_EQ(server->used(), 0);
+}
+
+// A charge walks the whole chain; the first budget that refuses gets nothing, and those below
+// it get their bytes back.
+TEST(TensorTest, AChargeRefusedHigherUpTheChainIsTakenBackBelow) {
+  auto server = MemoryBudget::Make(1000, nullptr, "server memory limit");
+  auto tenant = MemoryBudget::Make(600, server, "tenant memory limit");
+  auto request = MemoryBudget::Make(10000, tenant, "request memory limit");
+  MemoryReservation held(server);
+  ASSERT_TRUE(held.Grow(300).ok());
+  {
+    MemoryBudgetScope scope(request);
+    Tensor a = Tensor::Empty({100}, DType::kFloat32);  // 400 bytes: fits everywhere
+    EXPECT_EQ(request->used(), 400);
+    EXPECT_EQ(tenant->used(), 400);
+    EXPECT_EQ(server->used(), 700);
+    try {
+      Tensor::Empty({100}, DType::kFloat32);  // the tenant's 600 refuses
+      FAIL() << "expected RESOURCE_EXHAUSTED";
+    } catch (const StatusError& e) {
+      EXPECT_EQ(e.status().code(), absl::StatusCode::kResourceExhausted);
+      EXPECT_EQ(e.status().message(),
+                "tenant memory limit exceeded: allocating 400 bytes with 400 in use would pass "
+                "the limit of 600 bytes");
+    }
+    EXPECT_EQ(request->used(), 400);
+    EXPECT_EQ(tenant->used(), 400);
+    EXPECT_EQ(server->used(), 700);
+    ASSERT_TRUE(held.Grow(200).ok());
+    absl::Status refused = request->TryCharge(150);  // fits the tenant, not the server
+    EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_TRUE(absl::StrContains(refused.message(), "server memory limit")) << refused;
+    EXPECT_EQ(request->used(), 400);
+    EXPECT_EQ(tenant->used(), 400);
+    EXPECT_EQ(server->used(), 900);
+    EXPECT_EQ(request->TryCharge(MemoryBudget::kMaxChargeBytes + 1).code(),
+              absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(server->used(), 900);
+  }
+  EXPECT_EQ(request->used(), 0);
+  EXPECT_EQ(tenant->used(), 0);
+  EXPECT_EQ(server->used(), 500);
+  // The refused 150 bytes were counted by the tenant for a moment, before the server refused
+  // them (MemoryBudget::ChargeChain), and its peak says so.
+  EXPECT_EQ(tenant->peak(), 550);
+  EXPECT_EQ(server->peak(), 900);
 }
 
 }  // namespace
