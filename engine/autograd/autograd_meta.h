@@ -40,7 +40,7 @@ struct AutogradMeta final : AutogradMetaInterface {
   std::weak_ptr<Node> saved_view_grad_fn_;
 
   // Guards a leaf's gradient state against concurrent backward passes.
-  mutable Mutex mutex_;
+  mutable FastMutex mutex_;
   // The leaf's AccumulateGrad, made on first use (GradAccumulator). Weak, as in PyTorch: the
   // recorded graph owns it, and a new one is made once that graph is gone.
   std::weak_ptr<Node> grad_accumulator_ ABSL_GUARDED_BY(mutex_);

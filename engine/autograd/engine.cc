@@ -326,7 +326,7 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
         if (local_graph_task->cancel_ != nullptr) {
           ThrowIfError(local_graph_task->cancel_->CheckCancelled());
         }
-        evaluate_function(local_graph_task, task.fn.get(), task.inputs, &handoff);
+        evaluate_function(local_graph_task, task.fn.get(), task.inputs, task.exec_info, &handoff);
       } catch (const StatusError& e) {
         local_graph_task->set_exception(e.status(), task.fn.get());
       } catch (const std::exception& e) {
@@ -358,7 +358,8 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
 }
 
 void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Node* func,
-                               InputBuffer& inputs, std::optional<NodeTask>* handoff) {
+                               InputBuffer& inputs, const ExecInfo* exec_info,
+                               std::optional<NodeTask>* handoff) {
   // Note [Streams in the backward pass]: the Node runs on its forward op's stream.
   const Stream stream = func->stream();
   StreamScope on_stream(stream);
@@ -371,9 +372,12 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
       if (grads[input_nr].defined()) grads[input_nr] = (*hook)(grads[input_nr]);
     }
     if (graph_task->exec_info_used()) {
-      auto it = graph_task->nodes_in_graph_.find(func);
-      if (it == graph_task->nodes_in_graph_.end()) return;
-      const GraphTask::ExecInfo& info = it->second.exec_info_;
+      if (exec_info == nullptr) {
+        auto it = graph_task->nodes_in_graph_.find(func);
+        if (it == graph_task->nodes_in_graph_.end()) return;
+        exec_info = &it->second.exec_info_;
+      }
+      const ExecInfo& info = *exec_info;
       if (!info.captures_.empty()) {
         MutexLock lock(&graph_task->mutex_);
         for (const auto& capture : info.captures_) {
@@ -439,6 +443,7 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
       // A queued task names its pass (weakly); the task handed over names none, as the thread
       // running it holds its pass (Note [Handing the next task over]).
       NodeTask task({}, next.function, std::move(input_buffer), graph_task->reentrant_depth_);
+      task.exec_info = &state.exec_info_;
       auto push = [&](NodeTask&& queued) {
         queued.base = graph_task;
         queue->push(std::move(queued));

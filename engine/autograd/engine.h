@@ -109,8 +109,10 @@ class Engine {
   void thread_main(const std::shared_ptr<GraphTask>& graph_task);
   // Runs func and hands its gradients on, queueing the Nodes that become ready; one of them may
   // instead be left in *handoff for this thread to run next (Note [Handing the next task over]).
+  // exec_info is func's entry in the pass's table, or null to look it up.
   void evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Node* func,
-                         InputBuffer& inputs, std::optional<NodeTask>* handoff);
+                         InputBuffer& inputs, const ExecInfo* exec_info,
+                         std::optional<NodeTask>* handoff);
   static void compute_dependencies(Node* root, GraphTask& task, uint64_t min_topo_nr);
 
   // The queue a Node with inputs on `device` runs from.

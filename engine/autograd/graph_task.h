@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "engine/autograd/cancellation.h"
 #include "engine/autograd/edge.h"
+#include "engine/autograd/exec_info.h"
 #include "engine/autograd/graph_future.h"
 #include "engine/autograd/input_buffer.h"
 #include "engine/autograd/node.h"
@@ -42,17 +43,9 @@ inline constexpr int kCpuDevice = -1;
 //
 // Field names follow PyTorch's engine, so its documentation maps onto this code.
 struct GraphTask : std::enable_shared_from_this<GraphTask> {
-  // Per Node: whether it must run and which of its inputs to capture (grad semantics). Empty
+  // Per Node: whether it must run and which of its inputs to capture (grad semantics). Unused
   // when every Node in the graph runs (backward() with no inputs).
-  struct ExecInfo {
-    struct Capture {
-      uint32_t input_idx_;   // which input of the Node
-      uint32_t output_idx_;  // where in captured_vars_
-    };
-    bool should_execute() const { return needed_ || !captures_.empty(); }
-    bool needed_ = false;
-    std::vector<Capture> captures_;
-  };
+  using ExecInfo = autograd::ExecInfo;
 
   GraphTask(bool keep_graph, bool grad_mode, int reentrant_depth,
             std::shared_ptr<ReadyQueue> cpu_ready_queue, bool exit_on_error = false);
@@ -117,7 +110,8 @@ struct GraphTask : std::enable_shared_from_this<GraphTask> {
   size_t ReserveNodeTable(size_t entries);
 
   // Guards the entries' dependencies_ and not_ready_, captured_vars_ and streams_used_.
-  Mutex mutex_;
+  // Never waited on (Note [Node locks without a call]).
+  FastMutex mutex_;
   TensorList captured_vars_ ABSL_GUARDED_BY(mutex_);
   // The device streams Nodes of this pass ran on, synchronized before the future resolves
   // (Note [Streams in the backward pass]); empty for passes on the CPU.

@@ -168,7 +168,7 @@ class Node : public std::enable_shared_from_this<Node> {
   const std::vector<std::unique_ptr<FunctionPostHook>>& post_hooks() const { return hooks().post; }
 
   // Note [Node thread safety].
-  Mutex& mutex() const { return mutex_; }
+  FastMutex& mutex() const { return mutex_; }
 
   // Bytes this Node was charged to a budget (Note [Nodes on the budget]); 0 if none.
   int64_t charged_bytes() const { return charged_; }
@@ -204,7 +204,7 @@ class Node : public std::enable_shared_from_this<Node> {
   std::shared_ptr<const NodeLabeler> labeler_;  // null: no label
   int64_t label_key_ = 0;
   std::unique_ptr<Hooks> hooks_;  // null: none
-  mutable Mutex mutex_;
+  mutable FastMutex mutex_;
   // Note [Nodes on the budget]: the budget charged (null: none) and how much. Set while the
   // Node is built, on one thread. A plain pointer: the charge keeps the budget alive (Note [A
   // budget outlives its charges]).

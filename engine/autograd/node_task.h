@@ -5,6 +5,7 @@
 
 #include <memory>
 
+#include "engine/autograd/exec_info.h"
 #include "engine/autograd/input_buffer.h"
 #include "engine/autograd/node.h"
 
@@ -28,6 +29,10 @@ struct NodeTask {
   std::weak_ptr<GraphTask> base;
   std::shared_ptr<Node> fn;
   InputBuffer inputs;
+  // fn's ExecInfo in the pass, set by the Node that made the task ready, which found fn's
+  // entry already: it spares the worker a second hash lookup per Node. Null means look it up.
+  // Entries never move during a pass (Note [GraphTask node table]).
+  const ExecInfo* exec_info = nullptr;
   // The GraphTask's reentrant depth, copied so that ordering needs no lock.
   int reentrant_depth;
   bool is_shutdown_task;

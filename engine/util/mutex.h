@@ -11,6 +11,7 @@
 #ifndef GRADSERVE_ENGINE_UTIL_MUTEX_H_
 #define GRADSERVE_ENGINE_UTIL_MUTEX_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 
@@ -36,16 +37,56 @@ class ABSL_LOCKABLE Mutex {
   std::mutex mu_;
 };
 
-// Holds a Mutex for its scope.
+// Note [Node locks without a call]
+// Each Node the engine runs takes two locks, its own (Note [Node thread safety]) and its pass's
+// (GraphTask::mutex_), almost never contended: one thread runs a pass's CPU Nodes. With
+// std::mutex each lock and unlock was a call into glibc, about 55 instructions a pair, some
+// 6% of a small Node's backward (docs/benchmarks.md, fanin_2k). FastMutex is the classic
+// three-state futex mutex (0 free, 1 held, 2 held with a thread waiting): an uncontended Lock
+// is one compare-and-swap and an Unlock one exchange, both inline; only a contended lock goes
+// to the kernel (FUTEX_WAIT), and only an unlock that finds a waiter wakes one. The acquire
+// and release orders of those atomics are what ThreadSanitizer sees (it models atomics), so
+// the data FastMutex guards is checked as under any mutex. It has no CondVar: the locks that
+// are waited on (ReadyQueue's, GraphFuture's) stay Mutex.
+class ABSL_LOCKABLE FastMutex {
+ public:
+  FastMutex() = default;
+  FastMutex(const FastMutex&) = delete;
+  FastMutex& operator=(const FastMutex&) = delete;
+
+  void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() {
+    int free = 0;
+    if (state_.compare_exchange_strong(free, 1, std::memory_order_acquire)) [[likely]] {
+      return;
+    }
+    LockSlow();
+  }
+  void Unlock() ABSL_UNLOCK_FUNCTION() {
+    if (state_.exchange(0, std::memory_order_release) == 2) [[unlikely]] {
+      WakeOne();
+    }
+  }
+
+ private:
+  // Waits in the kernel until the mutex is free, and takes it marked as having waiters.
+  void LockSlow();
+  // Wakes one thread waiting in LockSlow.
+  void WakeOne();
+
+  std::atomic<int> state_{0};
+};
+
+// Holds a Mutex or a FastMutex for its scope.
+template <typename M>
 class ABSL_SCOPED_LOCKABLE MutexLock {
  public:
-  explicit MutexLock(Mutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) { mu_->Lock(); }
+  explicit MutexLock(M* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) { mu_->Lock(); }
   ~MutexLock() ABSL_UNLOCK_FUNCTION() { mu_->Unlock(); }
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;
 
  private:
-  Mutex* const mu_;
+  M* const mu_;
 };
 
 // Waits on a condition guarded by a Mutex. Signal after changing the condition under the lock.
