@@ -73,7 +73,8 @@ void validate_outputs(const Node& fn, const TensorList& grads) {
     const Tensor& grad = grads[i];
     if (!edges[i].is_valid() || !grad.defined()) continue;
     const InputMetadata& md = edges[i].function->input_metadata(edges[i].input_nr);
-    if (grad.shape() != md.shape || grad.dtype() != md.dtype || grad.device() != md.device) {
+    if (!SameShape(grad.shape(), md.shape) || grad.dtype() != md.dtype ||
+        grad.device() != md.device) {
       ThrowStatus(absl::InternalError(
           absl::StrCat(fn.DebugName(), " returned an invalid gradient at index ", i, ": got ",
                        grad.DebugString(), " but expected ", DTypeName(md.dtype),

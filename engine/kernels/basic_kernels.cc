@@ -60,8 +60,8 @@ void CheckHost(const Tensor& t, const char* what) {
 }
 
 void CheckSameShape(const Tensor& a, const Tensor& b, const char* what) {
-  GS_CHECK_ARG(a.shape() == b.shape(), what, ": shapes ", ShapeToString(a.shape()), " and ",
-               ShapeToString(b.shape()), " differ");
+  GS_CHECK_ARG(SameShape(a.shape(), b.shape()), what, ": shapes ", ShapeToString(a.shape()),
+               " and ", ShapeToString(b.shape()), " differ");
 }
 
 template <typename To, typename From>
@@ -197,7 +197,7 @@ void AccumulateInto(const Tensor& dst, const Tensor& src) {
 
 Tensor AddSameShape(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype() || a.dtype() == DType::kBool || !a.is_contiguous() ||
-      !b.is_contiguous() || a.shape() != b.shape()) {
+      !b.is_contiguous() || !SameShape(a.shape(), b.shape())) {
     // The general case (and its errors): a packed copy, then the strided sum.
     Tensor out = a.Clone();
     AccumulateInto(out, b);

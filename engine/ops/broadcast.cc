@@ -138,14 +138,14 @@ Tensor ExpandOver(const Tensor& reduced, const ReductionLayout& layout) {
 }
 
 Tensor sum_to(const Tensor& grad, absl::Span<const int64_t> shape) {
-  if (absl::MakeConstSpan(grad.shape()) == shape) return grad;
+  if (SameShape(grad.shape(), shape)) return grad;
   return SumOver(grad, SumToLayout("sum_to", grad.shape(), shape), "SumBackward1");
 }
 
 Tensor broadcast_to(const Tensor& input, absl::Span<const int64_t> shape) {
   RequireDefined("broadcast_to", "input", input);
   GS_CHECK_ARG(CheckedNumel(shape).ok(), "broadcast_to: invalid shape ", ShapeToString(shape));
-  if (absl::MakeConstSpan(input.shape()) == shape) return input;
+  if (SameShape(input.shape(), shape)) return input;
   return ExpandOver(input, SumToLayout("broadcast_to", shape, input.shape()));
 }
 
