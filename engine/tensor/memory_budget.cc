@@ -22,20 +22,23 @@ std::shared_ptr<MemoryBudget> MemoryBudget::Make(int64_t limit_bytes,
 }
 
 absl::Status MemoryBudget::TryCharge(int64_t bytes) {
+  const MemoryBudget* refused = bytes <= kMaxChargeBytes ? ChargeChain(bytes) : this;
+  return refused == nullptr ? absl::OkStatus() : Refusal(bytes, refused);
+}
+
+absl::Status MemoryBudget::Refusal(int64_t bytes, const MemoryBudget* refused) const {
   if (bytes > kMaxChargeBytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         what_, " exceeded: allocating ", bytes, " bytes is more than any budget counts (at most ",
         kMaxChargeBytes, " bytes at once)"));
   }
-  const MemoryBudget* refused = ChargeChain(bytes);
-  if (refused == nullptr) return absl::OkStatus();
   return absl::ResourceExhaustedError(
       absl::StrCat(refused->what_, " exceeded: allocating ", bytes, " bytes with ", refused->used(),
                    " in use would pass the limit of ", refused->limit_, " bytes"));
 }
 
-void MemoryBudget::ChargeOrThrow(int64_t bytes) {
-  if (absl::Status s = TryCharge(bytes); !s.ok()) ThrowStatus(std::move(s));
+void MemoryBudget::ThrowRefused(int64_t bytes, const MemoryBudget* refused) const {
+  ThrowStatus(Refusal(bytes, refused));
 }
 
 absl::Status MemoryReservation::Grow(int64_t bytes) {

@@ -88,10 +88,10 @@ class MemoryBudget {
   // the chain is walked in a loop here and only a refusal takes the out-of-line path. The
   // caller holds an owner of this budget or a charge to it.
   void Charge(int64_t bytes) {
-    if (bytes <= kMaxChargeBytes && ChargeChain(bytes) == nullptr) [[likely]] {
+    const MemoryBudget* refused = bytes <= kMaxChargeBytes ? ChargeChain(bytes) : this;
+    if (refused == nullptr) [[likely]]
       return;
-    }
-    ChargeOrThrow(bytes);
+    ThrowRefused(bytes, refused);
   }
   // Like Charge, but returns the error instead of throwing it.
   absl::Status TryCharge(int64_t bytes);
@@ -125,8 +125,11 @@ class MemoryBudget {
   void Disown() {
     if (state_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
-  // Charge's slow path: TryCharge, throwing its error.
-  void ChargeOrThrow(int64_t bytes);
+  // The RESOURCE_EXHAUSTED error of a charge of bytes that refused (a budget of the chain,
+  // or this one for more than kMaxChargeBytes) did not take, thrown by Charge's out-of-line
+  // path and returned by TryCharge.
+  absl::Status Refusal(int64_t bytes, const MemoryBudget* refused) const;
+  [[noreturn]] void ThrowRefused(int64_t bytes, const MemoryBudget* refused) const;
   // Adds bytes (at most kMaxChargeBytes) to this budget and then to each parent in turn. At
   // the first that it would take past its limit, takes them back from that one and those
   // before it and returns it; nullptr once every budget of the chain holds them. A peak is

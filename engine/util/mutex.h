@@ -42,13 +42,13 @@ class ABSL_LOCKABLE Mutex {
 // (GraphTask::mutex_), almost never contended: one thread runs a pass's CPU Nodes. With
 // std::mutex each lock and unlock was a call into glibc, about 55 instructions a pair: 3% of
 // the instructions of a whole `engine_bench --scenario=fanin_2k` run under callgrind, though
-// only its backward passes take them. FastMutex is the classic
-// three-state futex mutex (0 free, 1 held, 2 held with a thread waiting): an uncontended Lock
-// is one compare-and-swap and an Unlock one exchange, both inline; only a contended lock goes
-// to the kernel (FUTEX_WAIT), and only an unlock that finds a waiter wakes one. The acquire
-// and release orders of those atomics are what ThreadSanitizer sees (it models atomics), so
-// the data FastMutex guards is checked as under any mutex. It has no CondVar: the locks that
-// are waited on (ReadyQueue's, GraphFuture's) stay Mutex.
+// only its backward passes take them. FastMutex is the classic three-state futex mutex (0
+// free, 1 held, 2 held with a thread waiting): an uncontended Lock is one compare-and-swap and
+// an Unlock one exchange, both inline; only a contended lock goes to the kernel (FUTEX_WAIT),
+// and only an unlock that finds a waiter wakes one. The acquire and release orders of those
+// atomics are what ThreadSanitizer sees (it models atomics), so the data FastMutex guards is
+// checked as under any mutex. It has no CondVar: the locks that are waited on (ReadyQueue's,
+// GraphFuture's) stay Mutex.
 class ABSL_LOCKABLE FastMutex {
  public:
   FastMutex() = default;
