@@ -43,10 +43,6 @@ inline constexpr int kCpuDevice = -1;
 //
 // Field names follow PyTorch's engine, so its documentation maps onto this code.
 struct GraphTask : std::enable_shared_from_this<GraphTask> {
-  // Per Node: whether it must run and which of its inputs to capture (grad semantics). Unused
-  // when every Node in the graph runs (backward() with no inputs).
-  using ExecInfo = autograd::ExecInfo;
-
   GraphTask(bool keep_graph, bool grad_mode, int reentrant_depth,
             std::shared_ptr<ReadyQueue> cpu_ready_queue, bool exit_on_error = false);
   ~GraphTask();
@@ -94,6 +90,8 @@ struct GraphTask : std::enable_shared_from_this<GraphTask> {
     int dependencies_ = 0;
     // The inputs gathered so far, once the first one arrives and until the Node is ready.
     std::optional<InputBuffer> not_ready_;
+    // Whether the Node must run and which of its inputs to capture (grad semantics); unused
+    // when every Node in the graph runs (backward() with no inputs, exec_info_used false).
     ExecInfo exec_info_;
     // init_to_execute's depth-first search has reached this Node.
     bool seen_by_init_to_execute_ = false;
