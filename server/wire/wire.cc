@@ -154,62 +154,67 @@ absl::Status CheckInKeyOrder(const google::protobuf::Map<std::string, V>& map,
 // string, each passed a way to describe it and each returning a status; for the fifty or so
 // strings of a ten-op graph that came to about 3% of a small request's server instructions.
 // So each op's strings, and each list of strings, are first checked in one plain pass (AllFit,
-// OpStringsFit), and only a request with a string too long takes the path that finds the
-// first one and describes it. The errors are the same: the slow path runs the same checks in
-// the same order.
+// and ForEachOpString with a check that only compares sizes), and only a request with a string
+// too long takes the path that finds the first one and describes it. The errors are the same:
+// the slow path runs the same checks in the same order, over the same list of strings.
 
-// Whether every string of op (CheckOpStrings's) is within max_bytes.
-bool OpStringsFit(const v1::Op& op, int64_t max_bytes) {
-  if (static_cast<int64_t>(op.op().size()) > max_bytes || !AllFit(op.inputs(), max_bytes) ||
-      !AllFit(op.outputs(), max_bytes)) {
-    return false;
-  }
-  for (const auto& [name, value] : op.attrs()) {
-    if (static_cast<int64_t>(name.size()) > max_bytes) return false;
-    if (value.value_case() == v1::AttrValue::kS) {
-      if (static_cast<int64_t>(value.s().size()) > max_bytes) return false;
-    } else if (value.value_case() == v1::AttrValue::kStrings &&
-               !AllFit(value.strings().values(), max_bytes)) {
-      return false;
+// Calls check(s, what) on each string of op, the op's name, inputs and outputs, then each
+// attribute's name and string values (attributes in key order on an error, Note [Attributes
+// in a deterministic order]), and returns the first error. what() describes s ("op #3 'mul'
+// (output 'h'): input #1"); check calls it only for a string it refuses. The one list of an
+// op's strings, walked by both passes of Note [String checks in one pass].
+template <typename Check>
+absl::Status ForEachOpString(const v1::Op& op, int index, const std::string& scope, Check&& check) {
+  auto where = [&] { return absl::StrCat(scope, "op #", index); };
+  auto described = [&] { return absl::StrCat(scope, DescribeOp(op, index)); };
+  auto each = [&](const google::protobuf::RepeatedPtrField<std::string>& strings,
+                  auto what) -> absl::Status {
+    int i = 0;  // counted beside a range-for: RepeatedPtrField's indexing is out of line
+    for (const std::string& string : strings) {
+      if (absl::Status s = check(string, [&] { return absl::StrCat(what(), " #", i); }); !s.ok()) {
+        return s;
+      }
+      ++i;
     }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = check(op.op(), [&] { return absl::StrCat(where(), ": name"); }); !s.ok()) {
+    return s;
   }
-  return true;
+  if (absl::Status s = each(op.inputs(), [&] { return absl::StrCat(described(), ": input"); });
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = each(op.outputs(), [&] { return absl::StrCat(where(), ": output"); });
+      !s.ok()) {
+    return s;
+  }
+  if (op.attrs().empty()) return absl::OkStatus();
+  return CheckInKeyOrder<v1::AttrValue>(op.attrs(), [&](const std::string& name,
+                                                        const v1::AttrValue& value) {
+    if (absl::Status s = check(name, [&] { return absl::StrCat(described(), ": attribute name"); });
+        !s.ok()) {
+      return s;
+    }
+    auto what = [&] { return absl::StrCat(described(), ": attribute ", Quote(name), ": string"); };
+    return value.value_case() == v1::AttrValue::kS ? check(value.s(), what)
+                                                   : each(value.strings().values(), what);
+  });
 }
 
 // The strings of one op: its name, inputs, outputs, attribute names and string values.
 absl::Status CheckOpStrings(const v1::Op& op, int index, const graph::Limits& limits,
                             const std::string& scope) {
-  if (OpStringsFit(op, limits.max_name_bytes)) [[likely]] {
+  // The plain pass: sizes only, nothing described (its error is never seen).
+  auto fits = [max_bytes = limits.max_name_bytes](const std::string& s, auto&&) {
+    return static_cast<int64_t>(s.size()) <= max_bytes ? absl::OkStatus()
+                                                       : absl::InvalidArgumentError("");
+  };
+  if (ForEachOpString(op, index, scope, fits).ok()) [[likely]] {
     return absl::OkStatus();
   }
-  auto where = [&] { return absl::StrCat(scope, "op #", index); };
-  if (absl::Status s =
-          CheckString(op.op(), limits, [&] { return absl::StrCat(where(), ": name"); });
-      !s.ok()) {
-    return s;
-  }
-  auto described = [&] { return absl::StrCat(scope, DescribeOp(op, index)); };
-  if (absl::Status s =
-          CheckStrings(op.inputs(), limits, [&] { return absl::StrCat(described(), ": input"); });
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s =
-          CheckStrings(op.outputs(), limits, [&] { return absl::StrCat(where(), ": output"); });
-      !s.ok()) {
-    return s;
-  }
-  return CheckInKeyOrder<v1::AttrValue>(op.attrs(), [&](const std::string& name,
-                                                        const v1::AttrValue& value) {
-    if (absl::Status s = CheckString(name, limits,
-                                     [&] { return absl::StrCat(described(), ": attribute name"); });
-        !s.ok()) {
-      return s;
-    }
-    auto what = [&] { return absl::StrCat(described(), ": attribute ", Quote(name), ": string"); };
-    return value.value_case() == v1::AttrValue::kS
-               ? CheckString(value.s(), limits, what)
-               : CheckStrings(value.strings().values(), limits, what);
+  return ForEachOpString(op, index, scope, [&](const std::string& s, auto what) {
+    return CheckString(s, limits, what);
   });
 }
 
