@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "engine/util/parallel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/chunking.h"
@@ -114,6 +115,41 @@ TEST(ChunkedRequestTest, BigTensorBytesStayInTheChunksAcrossOddBoundaries) {
       EXPECT_FALSE(leaf.storage()->adopted());
     }
   }
+}
+
+// Note [Gathered bytes split over threads]: a tensor of kParallelMinUnits bytes or more, in
+// pieces cut at boundaries that do not line up with the copy's own chunks, gets every byte in
+// its place, with one thread or several.
+TEST(ChunkedRequestTest, BigTensorsGatheredByTheIntraOpThreadsKeepEveryByte) {
+  const int n = 300007;  // 1.2 MB each for x and the seed: over kParallelMinUnits bytes
+  static_assert(int64_t{300007} * 4 > kParallelMinUnits);
+  const v1::GradRequest request = BigRequest(n);
+  const std::string bytes = request.SerializeAsString();
+  const int threads = IntraOpThreads();
+  for (int use : {1, 2, 4}) {
+    SetIntraOpThreads(use);
+    for (const std::vector<size_t>& sizes : std::vector<std::vector<size_t>>{
+             {1 << 20}, {65537, 1, 4099}, {(1 << 18) + 3}, {bytes.size()}}) {
+      server::ChunkedRequest chunked = Cut(bytes, sizes);
+      v1::GradRequest parsed;
+      ASSERT_TRUE(chunked.Parse(&parsed).ok());
+      absl::StatusOr<server::EngineRequest> engine =
+          server::FromProto(parsed, graph::Limits(), &chunked);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      const Tensor& leaf = engine->graph->leaves[0].value;
+      ASSERT_EQ(leaf.nbytes(), request.graph().leaves(0).value().data().size());
+      EXPECT_EQ(std::memcmp(leaf.raw_data(), request.graph().leaves(0).value().data().data(),
+                            leaf.nbytes()),
+                0)
+          << use << " threads, chunks of " << sizes[0];
+      const Tensor& seed = engine->calls[0].seeds.at(0);
+      const std::string& sent = request.calls(0).seeds().at("y").data();
+      ASSERT_EQ(seed.nbytes(), sent.size());
+      EXPECT_EQ(std::memcmp(seed.raw_data(), sent.data(), sent.size()), 0)
+          << use << " threads, chunks of " << sizes[0];
+    }
+  }
+  SetIntraOpThreads(threads);
 }
 
 TEST(ChunkedRequestTest, LastDataFieldWinsAndClientMarkersAreDropped) {
