@@ -11,9 +11,11 @@
 #include "client/library/channel_target.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
-#include "proto/chunking.h"
+#include "grpcpp/support/sync_stream.h"
+#include "proto/chunk_slices.h"
 #include "proto/trace_context.h"
 
 namespace gradserve::client {
@@ -26,6 +28,8 @@ static_assert(std::endian::native == std::endian::little,
 constexpr int64_t kDefaultMaxMessageBytes = int64_t{4} << 20;
 // Room left for the framing of a message around its largest field.
 constexpr int64_t kFramingBytes = 1024;
+// ComputeGradientsStream, called with ByteBuffers (Note [Zero-copy streaming]).
+constexpr char kStreamMethod[] = "/gradserve.v1.GradService/ComputeGradientsStream";
 
 int64_t ElementBytes(v1::DType dtype) {
   switch (dtype) {
@@ -617,44 +621,57 @@ absl::StatusOr<v1::GradResponse> Client::Streamed(const v1::GradRequest& request
                                                   const CallOptions& options, int64_t max_message) {
   const int64_t chunk_bytes =
       std::max<int64_t>(1, std::min(options_.chunk_bytes, max_message - kFramingBytes));
-  // Note [Zero-copy streaming]: the request is serialized straight into the chunks' strings,
-  // each moved into the Chunk written; the response's chunks are kept as they come and parsed
-  // from the list.
-  std::vector<std::string> out;
-  if (!chunking::SerializeToChunks(request, chunk_bytes, &out)) {
+  // Note [Zero-copy streaming]: the request's Chunks are slices over its own bytes fields, and
+  // the response's data stays in the slices gRPC received until the response is parsed from
+  // them. Declared first, aliased is destroyed last: it waits for gRPC to let go of every slice
+  // over the request.
+  chunking::AliasedSlices aliased;
+  std::vector<grpc::Slice> slices;
+  if (!chunking::SerializeToSlices(request, &aliased, &slices)) {
     return absl::InvalidArgumentError("the request could not be serialized");
   }
-  const int64_t total = static_cast<int64_t>(request.ByteSizeLong());
+  std::vector<grpc::ByteBuffer> frames =
+      chunking::CutIntoChunks(slices, chunk_bytes, static_cast<int64_t>(request.GetCachedSize()));
+  std::vector<grpc::Slice>().swap(slices);
   grpc::ClientContext context;
   SetUp(context, options);
   CancellerBinding binding(options.canceller, &context, &CallCanceller::Bind,
                            &CallCanceller::Unbind);
-  std::unique_ptr<grpc::ClientReaderWriter<v1::Chunk, v1::Chunk>> stream =
-      (NamesSharedMemory(request) ? *session_stub_ : *stub_).ComputeGradientsStream(&context);
-  v1::Chunk chunk;
+  grpc::Channel& channel = NamesSharedMemory(request) ? *session_channel_ : *channel_;
+  const grpc::internal::RpcMethod method(kStreamMethod, grpc::internal::RpcMethod::BIDI_STREAMING);
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+          &channel, method, &context));
   // A failed write means the server ended the call; Finish below says why.
-  for (size_t i = 0; i < out.size(); ++i) {
-    chunk.Clear();
-    if (i == 0) chunk.set_total_bytes(total);
-    *chunk.mutable_data() = std::move(out[i]);
-    if (!stream->Write(chunk)) break;
+  for (grpc::ByteBuffer& frame : frames) {
+    if (!stream->Write(frame)) break;
+    frame.Clear();
   }
   stream->WritesDone();
-  std::vector<std::string>().swap(out);
+  std::vector<grpc::ByteBuffer>().swap(frames);
 
-  std::vector<std::string> received;
-  int64_t received_bytes = 0;
+  std::vector<grpc::Slice> received;
+  int64_t chunks = 0;
+  bool malformed = false;
+  grpc::ByteBuffer chunk;
   while (stream->Read(&chunk)) {
-    received_bytes += static_cast<int64_t>(chunk.data().size());
-    received.push_back(std::move(*chunk.mutable_data()));
+    ++chunks;
+    if (!malformed && !chunking::AppendChunkData(chunk, &received)) malformed = true;
+    chunk.Clear();
   }
   grpc::Status status = stream->Finish();
   TakeTrailers(context, options);
   if (!status.ok()) return FromGrpcStatus(status);
+  if (malformed) {
+    return absl::InternalError("a chunk of the server's streamed response is no Chunk message");
+  }
   v1::GradResponse response;
-  if (!chunking::ParseFromChunks(received, &response)) {
+  if (!chunking::ParseFromSlices(received, &response)) {
+    int64_t received_bytes = 0;
+    for (const grpc::Slice& slice : received) received_bytes += static_cast<int64_t>(slice.size());
     return absl::InternalError(absl::StrCat("the server's streamed response (", received_bytes,
-                                            " bytes) does not parse as a GradResponse"));
+                                            " bytes in ", chunks,
+                                            " chunks) does not parse as a GradResponse"));
   }
   return response;
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engine/util/quote.h"
+#include "proto/chunk_slices.h"
 #include "proto/chunking.h"
 #include "server/base/log.h"
 #include "server/limits/server_memory.h"
@@ -112,10 +113,9 @@ class GradService::UnaryGradReactor final : public grpc::ServerUnaryReactor {
 // while a read is outstanding. The request and response never exist as one string (Note
 // [Zero-copy streaming]): received chunks' bytes are moved into a ChunkedRequest, parsed once
 // the client half-closes, whose big tensor bytes the engine uses in place (Note [Tensor bytes
-// left in the chunks]); the response is serialized straight into chunk-sized strings, its big
-// tensors' bytes copied once, from the engine's tensors (ChunkedResponse), and each string is
-// handed to gRPC as the written chunk's data, not copied, and goes back to the chunk pool once
-// gRPC has sent it (Note [Chunks sent without a copy]).
+// left in the chunks]); the response is serialized into slices, its big tensors' bytes slices
+// over the engine's tensors (ChunkedResponse), and each chunk written is a frame around some of
+// those slices, not a copy (Note [Chunks sent without a copy]).
 class GradService::StreamGradReactor final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
       public UploadTracker::Upload {
@@ -322,7 +322,8 @@ class GradService::StreamGradReactor final
         next_offset_ = 0;
       }
     }
-    write_ = SerializeChunk(std::move(data), sent_any_ ? 0 : static_cast<int64_t>(total_out_));
+    write_ =
+        chunking::ChunkFrame(std::move(data), sent_any_ ? 0 : static_cast<int64_t>(total_out_));
     sent_any_ = true;
     StartWrite(&write_);
   }

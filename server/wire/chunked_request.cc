@@ -12,7 +12,7 @@
 #include "google/protobuf/wire_format_lite.h"
 #include "proto/chunking.h"
 #include "server/wire/malformed_request.h"
-#include "server/wire/wire_format.h"
+#include "proto/wire_format.h"
 
 namespace gradserve::server {
 namespace {

@@ -13,7 +13,7 @@
 #include "grpcpp/support/slice.h"
 #include "server/base/per_thread.h"
 #include "server/wire/malformed_request.h"
-#include "server/wire/wire_format.h"
+#include "proto/wire_format.h"
 
 namespace gradserve::server {
 namespace {

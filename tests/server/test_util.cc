@@ -228,6 +228,16 @@ class RawStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuf
 
 }  // namespace
 
+std::string Flatten(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(buffer.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& s : slices) {
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return bytes;
+}
+
 grpc::Status SendStreamMessages(const std::shared_ptr<grpc::Channel>& channel,
                                 const std::vector<std::string>& messages) {
   return RawStream().Run(channel, messages);

@@ -121,6 +121,9 @@ bool WaitForInFlight(client::Client& client, int64_t expected, absl::Duration ti
 grpc::Status SendUnaryBytes(const std::shared_ptr<grpc::Channel>& channel,
                             const std::string& bytes);
 
+// A ByteBuffer's bytes, joined.
+std::string Flatten(const grpc::ByteBuffer& buffer);
+
 // Sends each of messages as it is as one message of a ComputeGradientsStream call on channel
 // (bytes that should be Chunks, bypassing the client library), half-closes, reads the
 // response to its end and returns the call's status.

@@ -2,16 +2,20 @@
 // tensor bytes left in place, the response spliced from the engine's tensors into its chunks
 // (Note [Tensor bytes left in the chunks], Note [Zero-copy streaming]), and the stream limits.
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "engine/util/parallel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/chunk_slices.h"
 #include "proto/chunking.h"
 #include "server/wire/chunked_request.h"
 #include "server/wire/unary_messages.h"
@@ -362,19 +366,109 @@ TEST(StreamingTest, BigUnaryRequestWithTakenBytesRoundTrip) {
   }
 }
 
-TEST(ChunkingTest, SerializeAndParseAcrossChunkSizes) {
-  v1::GradRequest request = BigRequest(3001);
-  for (int64_t chunk_bytes : {int64_t{1}, int64_t{17}, int64_t{65536}}) {
-    std::vector<std::string> chunks;
-    ASSERT_TRUE(chunking::SerializeToChunks(request, chunk_bytes, &chunks));
-    for (const std::string& c : chunks) EXPECT_LE(c.size(), static_cast<size_t>(chunk_bytes));
-    v1::GradRequest parsed;
-    ASSERT_TRUE(chunking::ParseFromChunks(chunks, &parsed));
-    EXPECT_EQ(parsed.SerializeAsString(), request.SerializeAsString());
+// Note [Zero-copy streaming]: a message serialized into slices, cut into Chunk frames, read
+// back from the frames and parsed is the message; its big bytes are slices over its own
+// strings, held until every slice is let go; each frame is the bytes protobuf writes for it.
+TEST(ChunkingTest, SlicesCutIntoChunksAndReadBackAcrossChunkSizes) {
+  const v1::GradRequest request = BigRequest(3001);  // 12 KB tensors: copied into blocks
+  const v1::GradRequest big = BigRequest(30001);     // 120 KB tensors: aliased
+  for (const v1::GradRequest* message : {&request, &big}) {
+    for (int64_t chunk_bytes : {int64_t{1}, int64_t{17}, int64_t{65536}, int64_t{1} << 30}) {
+      chunking::AliasedSlices aliased;
+      std::vector<grpc::Slice> slices;
+      ASSERT_TRUE(chunking::SerializeToSlices(*message, &aliased, &slices));
+      std::string joined;
+      bool aliases_leaf = false;
+      const std::string& leaf = message->graph().leaves(0).value().data();
+      for (const grpc::Slice& slice : slices) {
+        joined.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+        aliases_leaf |= reinterpret_cast<const char*>(slice.begin()) == leaf.data();
+      }
+      ASSERT_EQ(joined, message->SerializeAsString());
+      EXPECT_EQ(aliases_leaf, leaf.size() > chunking::kSliceBlockBytes) << leaf.size();
+
+      const int64_t total = static_cast<int64_t>(joined.size());
+      std::vector<grpc::ByteBuffer> frames = chunking::CutIntoChunks(slices, chunk_bytes, total);
+      slices.clear();
+      EXPECT_EQ(frames.size(), static_cast<size_t>((total + chunk_bytes - 1) / chunk_bytes));
+      std::vector<grpc::Slice> data;
+      for (size_t k = 0; k < frames.size(); ++k) {
+        v1::Chunk expected;
+        expected.set_data(joined.substr(k * chunk_bytes, chunk_bytes));
+        expected.set_total_bytes(k == 0 ? total : 0);
+        ASSERT_EQ(Flatten(frames[k]), expected.SerializeAsString()) << k;
+        ASSERT_TRUE(chunking::AppendChunkData(frames[k], &data));
+      }
+      frames.clear();
+      v1::GradRequest parsed;
+      ASSERT_TRUE(chunking::ParseFromSlices(data, &parsed));
+      EXPECT_EQ(parsed.SerializeAsString(), joined) << chunk_bytes;
+    }  // ~AliasedSlices: every slice was let go, so this returns
   }
-  std::vector<std::string> chunks;
-  ASSERT_TRUE(chunking::SerializeToChunks(v1::GradResponse(), 10, &chunks));
-  EXPECT_THAT(chunks, ElementsAre(""));
+  // An empty message is one empty frame, which reads back as the empty message.
+  chunking::AliasedSlices aliased;
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(chunking::SerializeToSlices(v1::GradResponse(), &aliased, &slices));
+  std::vector<grpc::ByteBuffer> frames = chunking::CutIntoChunks(slices, 10, 0);
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(Flatten(frames[0]), "");
+  std::vector<grpc::Slice> data;
+  ASSERT_TRUE(chunking::AppendChunkData(frames[0], &data));
+  v1::GradResponse parsed;
+  parsed.set_request_id("left over");
+  EXPECT_TRUE(chunking::ParseFromSlices(data, &parsed));
+  EXPECT_EQ(parsed.SerializeAsString(), "");
+}
+
+// AliasedSlices waits for a slice that is still held elsewhere (as a gRPC thread may hold one
+// a little after a call ends) and returns once it is let go.
+TEST(ChunkingTest, AliasedSlicesWaitForTheLastSlice) {
+  const std::string bytes(100, 'x');
+  std::optional<grpc::Slice> held;
+  std::atomic<bool> released{false};
+  std::thread holder;
+  {
+    chunking::AliasedSlices aliased;
+    held = aliased.Alias(bytes.data(), bytes.size());
+    holder = std::thread([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      released = true;
+      held.reset();
+    });
+  }
+  EXPECT_TRUE(released);
+  holder.join();
+}
+
+// Received frames are read as protobuf reads a Chunk: unknown fields skipped, the last data
+// field kept; bytes that are no Chunk refused.
+TEST(ChunkingTest, ChunkDataIsReadAsProtobufReadsIt) {
+  auto frame = [](const std::string& bytes) {
+    grpc::Slice slice(bytes);
+    return grpc::ByteBuffer(&slice, 1);
+  };
+  v1::Chunk chunk;
+  chunk.set_data("first");
+  std::string bytes = chunk.SerializeAsString();
+  bytes += std::string("\x18\x05", 2);              // field 3, varint 5
+  bytes += std::string("\x25\x01\x02\x03\x04", 5);  // field 4, fixed32
+  chunk.set_data("second");
+  chunk.set_total_bytes(99);
+  bytes += chunk.SerializeAsString();  // a second data field: it wins
+  v1::Chunk parsed;
+  ASSERT_TRUE(parsed.ParseFromString(bytes));
+  std::vector<grpc::Slice> data;
+  ASSERT_TRUE(chunking::AppendChunkData(frame(bytes), &data));
+  std::string got;
+  for (const grpc::Slice& s : data) got.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  EXPECT_EQ(got, parsed.data());
+  for (const std::string& bad : {std::string("\xff\xff\xff\xff\x0f garbage"),
+                                 std::string("\x0a\x05"
+                                             "abc"),             // data cut short
+                                 std::string("\x0b", 1),         // a group
+                                 std::string("\x00\x01", 2)}) {  // field number 0
+    EXPECT_FALSE(chunking::AppendChunkData(frame(bad), &data)) << bad;
+  }
 }
 
 TEST(ChunkingTest, BufferPoolKeepsBigBuffersWithinItsBound) {

@@ -1,21 +1,21 @@
-// protobuf's varint where the server works on a request's bytes rather than on parsed
-// messages: the chunked stream (server/wire/chunked_request.cc), the unary request's split
-// (Note [Ops parsed once], server/wire/unary_messages.cc) and the framing of the chunks it
-// writes (Note [Chunks sent without a copy], server/wire/chunk_message.cc). Written with
-// protobuf's encoder; read by hand, since the chunked reader's bytes span chunks, which
-// protobuf's readers do not take.
+// protobuf's varint where gradserve works on a message's bytes rather than on parsed messages:
+// the server's chunked stream (server/wire/chunked_request.cc) and unary request split (Note
+// [Ops parsed once], server/wire/unary_messages.cc), and the Chunk frames both ends write and
+// read as gRPC slices (Note [Zero-copy streaming], proto/chunk_slices.h). Written with protobuf's
+// encoder; read by hand, since those bytes span chunks or slices, which protobuf's readers do
+// not take.
 //
 // Thread safety: stateless functions.
 
-#ifndef GRADSERVE_SERVER_WIRE_WIRE_FORMAT_H_
-#define GRADSERVE_SERVER_WIRE_WIRE_FORMAT_H_
+#ifndef GRADSERVE_PROTO_WIRE_FORMAT_H_
+#define GRADSERVE_PROTO_WIRE_FORMAT_H_
 
 #include <cstddef>
 #include <cstdint>
 
 #include "google/protobuf/io/coded_stream.h"
 
-namespace gradserve::server {
+namespace gradserve {
 
 // Writes v as a varint (or a tag) with append(const char*, size_t), encoded by protobuf.
 template <typename Append>
@@ -42,6 +42,6 @@ bool GetVarint(More&& more, NextByte&& next_byte, uint64_t* v) {
   return false;
 }
 
-}  // namespace gradserve::server
+}  // namespace gradserve
 
-#endif  // GRADSERVE_SERVER_WIRE_WIRE_FORMAT_H_
+#endif  // GRADSERVE_PROTO_WIRE_FORMAT_H_
