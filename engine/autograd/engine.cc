@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
@@ -379,9 +380,10 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
         exec_info = &it->second.exec_info_;
       }
       const ExecInfo& info = *exec_info;
-      if (!info.captures_.empty()) {
+      if (info.num_captures_ > 0) {
         MutexLock lock(&graph_task->mutex_);
-        for (const auto& capture : info.captures_) {
+        for (uint32_t k = 0; k < info.num_captures_; ++k) {
+          const ExecInfo::Capture& capture = graph_task->captures_[info.first_capture_ + k];
           graph_task->captured_vars_[capture.output_idx_] = grads[capture.input_idx_];
         }
       }
@@ -419,20 +421,19 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
     }
     GraphTask::NodeState& state = it->second;
     const bool is_ready = --state.dependencies_ == 0;
-    if (!state.not_ready_.has_value()) {
+    if (state.not_ready_.size() == 0) {  // the first input to arrive
       // Skip Nodes that are not to run (off every path to the outputs).
       if (graph_task->exec_info_used() && !state.exec_info_.should_execute()) continue;
-      state.not_ready_.emplace(next_fn->num_inputs());
+      state.not_ready_ = InputBuffer(next_fn->num_inputs());
     }
     if (stream.has_stream()) {
-      state.not_ready_->add(next.input_nr, std::move(outputs[i]), stream,
-                            next_fn->input_metadata(next.input_nr).stream);
+      state.not_ready_.add(next.input_nr, std::move(outputs[i]), stream,
+                           next_fn->input_metadata(next.input_nr).stream);
     } else {
-      state.not_ready_->add(next.input_nr, std::move(outputs[i]));
+      state.not_ready_.add(next.input_nr, std::move(outputs[i]));
     }
     if (is_ready) {
-      InputBuffer input_buffer = std::move(*state.not_ready_);
-      state.not_ready_.reset();
+      InputBuffer input_buffer = std::exchange(state.not_ready_, InputBuffer());
       const Device device = input_buffer.device();
       // CPU Nodes (most) go to the pass's own queue, which it keeps alive.
       std::shared_ptr<ReadyQueue> device_queue;

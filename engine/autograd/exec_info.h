@@ -4,7 +4,6 @@
 #define GRADSERVE_ENGINE_AUTOGRAD_EXEC_INFO_H_
 
 #include <cstdint>
-#include <vector>
 
 namespace gradserve::autograd {
 
@@ -15,9 +14,13 @@ struct ExecInfo {
     uint32_t input_idx_;   // which input of the Node
     uint32_t output_idx_;  // where in captured_vars_
   };
-  bool should_execute() const { return needed_ || !captures_.empty(); }
+  bool should_execute() const { return needed_ || num_captures_ > 0; }
+  // The Node's captures are GraphTask::captures_[first_capture_, first_capture_ +
+  // num_captures_): held apart, so that the entry stays small (Note [A small node table entry]
+  // in graph_task.h).
+  uint32_t first_capture_ = 0;
+  uint32_t num_captures_ = 0;
   bool needed_ = false;
-  std::vector<Capture> captures_;
 };
 
 }  // namespace gradserve::autograd

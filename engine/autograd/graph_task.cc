@@ -9,6 +9,10 @@
 
 namespace gradserve::autograd {
 
+// Note [A small node table entry].
+static_assert(sizeof(decltype(GraphTask::nodes_in_graph_)::value_type) <= 56,
+              "a node table entry grew");
+
 GraphTask::GraphTask(bool keep_graph, bool grad_mode, int reentrant_depth,
                      std::shared_ptr<ReadyQueue> cpu_ready_queue, bool exit_on_error)
     : keep_graph_(keep_graph),
@@ -47,19 +51,42 @@ void GraphTask::init_to_execute(Node& graph_root, const EdgeList& outputs, bool 
                                 uint64_t min_topo_nr) {
   exec_info_used_ = true;
   // Seed: the output Nodes are needed (backward) or capture (grad). An output the root cannot
-  // reach still gets an entry; it never receives an input.
-  uint32_t output_idx = 0;
+  // reach still gets an entry; it never receives an input. A Node's captures are one range of
+  // captures_, in the outputs' order (Note [A small node table entry]): counted first, then
+  // each Node's range placed where its first output comes, then filled.
+  uint32_t captured = 0;
   for (const Edge& output_edge : outputs) {
     ExecInfo& info = nodes_in_graph_[output_edge.function.get()].exec_info_;
     if (accumulate_grad) {
       info.needed_ = true;
     } else {
-      info.captures_.push_back({output_edge.input_nr, output_idx++});
+      ++info.num_captures_;
+      ++captured;
+    }
+  }
+  if (captured > 0) {
+    captures_.resize(captured);
+    uint32_t next_range = 0;
+    for (const Edge& output_edge : outputs) {
+      ExecInfo& info = nodes_in_graph_.find(output_edge.function.get())->second.exec_info_;
+      if (info.needed_) continue;  // placed already: needed_ marks it until the walk below
+      info.needed_ = true;
+      info.first_capture_ = next_range;
+      next_range += info.num_captures_;
+      info.num_captures_ = 0;  // counts the captures filled in below
+    }
+    uint32_t output_idx = 0;
+    for (const Edge& output_edge : outputs) {
+      ExecInfo& info = nodes_in_graph_.find(output_edge.function.get())->second.exec_info_;
+      captures_[info.first_capture_ + info.num_captures_++] = {output_edge.input_nr, output_idx++};
+    }
+    for (const Edge& output_edge : outputs) {
+      nodes_in_graph_.find(output_edge.function.get())->second.exec_info_.needed_ = false;
     }
   }
   {
     MutexLock lock(&mutex_);
-    captured_vars_.resize(output_idx);
+    captured_vars_.resize(captured);
   }
 
   // Iterative depth-first search from the root: a Node is needed if any child should execute.

@@ -19,6 +19,8 @@ namespace gradserve::autograd {
 // buffer in a NodeTask belongs to the thread that popped it.
 class InputBuffer {
  public:
+  // No slots: a Node's buffer before its first input arrives (GraphTask::NodeState).
+  InputBuffer() = default;
   explicit InputBuffer(size_t size) : buffer_(size) {}
   InputBuffer(InputBuffer&&) = default;
   InputBuffer& operator=(InputBuffer&&) = default;
