@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -63,7 +64,11 @@ ABSL_FLAG(int, repeats, 7, "Timed backward passes per scenario; the median is re
 ABSL_FLAG(int, warmup, 1, "Untimed passes before them.");
 ABSL_FLAG(int, threads, 1,
           "OpenBLAS threads, and the threads that may share one long elementwise loop or sum "
-          "(Note [Intra-op parallelism]); the engine's Nodes run on one thread.");
+          "(Note [Intra-op parallelism]); the engine's Nodes run on one thread. OpenBLAS starts "
+          "its pool when it loads, one thread per CPU unless OPENBLAS_NUM_THREADS says "
+          "otherwise, and its threads spin for about 0.1 s before they sleep: set "
+          "OPENBLAS_NUM_THREADS to this count too, as bench/run does (Note [OpenBLAS's "
+          "threads]).");
 ABSL_FLAG(bool, memory, false,
           "Run the scenario once and report this process's peak memory instead of times.");
 ABSL_FLAG(bool, limits, false,
@@ -401,6 +406,13 @@ void StopLatency(int repeats) {
 int Main() {
   StartProcess();  // as the server does (Note [The server's malloc])
   const int threads = absl::GetFlag(FLAGS_threads);
+  if (const char* pool = std::getenv("OPENBLAS_NUM_THREADS");
+      pool == nullptr || std::string(pool) != absl::StrCat(threads)) {
+    std::fprintf(stderr,
+                 "engine_bench: OPENBLAS_NUM_THREADS is %s, not %d: OpenBLAS's own threads may "
+                 "spin beside the first passes (see --threads)\n",
+                 pool == nullptr ? "unset" : pool, threads);
+  }
   openblas_set_num_threads(threads);
   SetIntraOpThreads(threads);  // Note [Intra-op parallelism], as torch.set_num_threads
   absl::StatusOr<Device> device = ParseDevice(absl::GetFlag(FLAGS_device));
