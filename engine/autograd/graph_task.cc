@@ -1,7 +1,11 @@
 #include "engine/autograd/graph_task.h"
 
 #include <algorithm>
+#include <functional>
+#include <utility>
+#include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/numeric/bits.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -52,41 +56,32 @@ void GraphTask::init_to_execute(Node& graph_root, const EdgeList& outputs, bool 
   exec_info_used_ = true;
   // Seed: the output Nodes are needed (backward) or capture (grad). An output the root cannot
   // reach still gets an entry; it never receives an input. A Node's captures are one range of
-  // captures_, in the outputs' order (Note [A small node table entry]): counted first, then
-  // each Node's range placed where its first output comes, then filled.
-  uint32_t captured = 0;
+  // captures_ (Note [A small node table entry]): the outputs' captures, sorted by Node (stably,
+  // so each Node's keep the outputs' order), each run of one Node's its range.
+  std::vector<std::pair<Node*, ExecInfo::Capture>> by_node;
+  uint32_t output_idx = 0;
   for (const Edge& output_edge : outputs) {
-    ExecInfo& info = nodes_in_graph_[output_edge.function.get()].exec_info_;
+    Node* fn = output_edge.function.get();
     if (accumulate_grad) {
-      info.needed_ = true;
+      nodes_in_graph_[fn].exec_info_.needed_ = true;
     } else {
-      ++info.num_captures_;
-      ++captured;
+      by_node.push_back({fn, {output_edge.input_nr, output_idx++}});
     }
   }
-  if (captured > 0) {
-    captures_.resize(captured);
-    uint32_t next_range = 0;
-    for (const Edge& output_edge : outputs) {
-      ExecInfo& info = nodes_in_graph_.find(output_edge.function.get())->second.exec_info_;
-      if (info.needed_) continue;  // placed already: needed_ marks it until the walk below
-      info.needed_ = true;
-      info.first_capture_ = next_range;
-      next_range += info.num_captures_;
-      info.num_captures_ = 0;  // counts the captures filled in below
+  absl::c_stable_sort(
+      by_node, [](const auto& a, const auto& b) { return std::less<Node*>()(a.first, b.first); });
+  captures_.reserve(by_node.size());
+  for (size_t k = 0; k < by_node.size(); ++k) {
+    ExecInfo& info = nodes_in_graph_[by_node[k].first].exec_info_;
+    if (k == 0 || by_node[k - 1].first != by_node[k].first) {
+      info.first_capture_ = static_cast<uint32_t>(captures_.size());
     }
-    uint32_t output_idx = 0;
-    for (const Edge& output_edge : outputs) {
-      ExecInfo& info = nodes_in_graph_.find(output_edge.function.get())->second.exec_info_;
-      captures_[info.first_capture_ + info.num_captures_++] = {output_edge.input_nr, output_idx++};
-    }
-    for (const Edge& output_edge : outputs) {
-      nodes_in_graph_.find(output_edge.function.get())->second.exec_info_.needed_ = false;
-    }
+    ++info.num_captures_;
+    captures_.push_back(by_node[k].second);
   }
   {
     MutexLock lock(&mutex_);
-    captured_vars_.resize(captured);
+    captured_vars_.resize(output_idx);
   }
 
   // Iterative depth-first search from the root: a Node is needed if any child should execute.

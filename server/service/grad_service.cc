@@ -265,7 +265,8 @@ class GradService::StreamGradReactor final
     job.deferred = &deferred_;
     job.cancel = cancel_;
     job.done = [this](const absl::Status& status) {
-      if (status.ok() && !deferred_.SerializeToSlices(response_, &out_)) {
+      std::vector<grpc::Slice> out;  // the serialized response
+      if (status.ok() && !deferred_.SerializeToSlices(response_, &out)) {
         Finish(ToGrpcStatus(absl::ResourceExhaustedError(
             "the response is larger than 2 GiB, more than one streamed message can carry")));
         return;
@@ -276,7 +277,10 @@ class GradService::StreamGradReactor final
         Finish(ToGrpcStatus(status));
         return;
       }
-      for (const grpc::Slice& slice : out_) total_out_ += slice.size();
+      size_t total = 0;
+      for (const grpc::Slice& slice : out) total += slice.size();
+      frames_ = chunking::CutIntoChunks(out, std::max<int64_t>(1, service_->options_.chunk_bytes),
+                                        static_cast<int64_t>(total));
       WriteNextChunk();
     };
     service_->Execute(std::move(job));
@@ -298,34 +302,19 @@ class GradService::StreamGradReactor final
     Finish(ToGrpcStatus(status));
   }
 
-  // Writes the next chunk_bytes of out_ as a chunk (the first one carries the total size; an
-  // empty response is one empty chunk), or finishes once all were written. The chunk's bytes
-  // are out_'s slices or parts of them, not copies (Note [Chunks sent without a copy], Note
-  // [Unary tensor bytes taken]); a slice is let go once it is all sent.
+  // Writes the next of frames_ (chunk_bytes of the response each, the first one carrying the
+  // total size; an empty response is one empty chunk), or finishes once all were written. A
+  // frame's bytes are the serialized response's slices or parts of them, not copies (Note
+  // [Chunks sent without a copy], Note [Unary tensor bytes taken]); each frame is let go once
+  // it is sent, and with it the engine tensors it alone still held.
   void WriteNextChunk() {
-    if (next_ == out_.size() && sent_any_) {
-      std::vector<grpc::Slice>().swap(out_);
+    if (next_ > 0) frames_[next_ - 1].Clear();
+    if (next_ == frames_.size()) {
+      std::vector<grpc::ByteBuffer>().swap(frames_);
       Finish(grpc::Status::OK);
       return;
     }
-    std::vector<grpc::Slice> data;
-    size_t room = static_cast<size_t>(std::max<int64_t>(1, service_->options_.chunk_bytes));
-    while (room > 0 && next_ < out_.size()) {
-      grpc::Slice& slice = out_[next_];
-      const size_t take = std::min(room, slice.size() - next_offset_);
-      data.push_back(take == slice.size() ? slice : slice.sub(next_offset_, next_offset_ + take));
-      next_offset_ += take;
-      room -= take;
-      if (next_offset_ == slice.size()) {
-        slice = grpc::Slice();
-        ++next_;
-        next_offset_ = 0;
-      }
-    }
-    write_ =
-        chunking::ChunkFrame(std::move(data), sent_any_ ? 0 : static_cast<int64_t>(total_out_));
-    sent_any_ = true;
-    StartWrite(&write_);
+    StartWrite(&frames_[next_++]);
   }
 
   GradService* const service_;
@@ -341,16 +330,12 @@ class GradService::StreamGradReactor final
   grpc::ByteBuffer read_;                         // the read in progress
   v1::Chunk chunk_;          // the last chunk read, parsed; its data buffer is pooled
   int64_t chunks_read_ = 0;  // for errors
-  grpc::ByteBuffer write_;   // the write in progress
   ChunkedRequest received_;  // the request's chunks; parsed, then cleared, by the worker
   v1::GradRequest request_;
   v1::GradResponse response_;
-  ChunkedResponse deferred_;      // response_'s big tensors, until serialized into out_
-  std::vector<grpc::Slice> out_;  // the serialized response; each slice let go once sent
-  size_t total_out_ = 0;          // bytes in out_
-  size_t next_ = 0;               // the slice of out_ the next chunk starts in
-  size_t next_offset_ = 0;        // and where in it
-  bool sent_any_ = false;         // a chunk was written
+  ChunkedResponse deferred_;  // response_'s big tensors, until the response is serialized
+  std::vector<grpc::ByteBuffer> frames_;  // the response's chunks; each let go once sent
+  size_t next_ = 0;                       // the frame written next
 };
 
 GradService::GradService(ServerOptions options, std::shared_ptr<TokenAuth> auth)
