@@ -1,4 +1,5 @@
-// OpenBLAS's thread count, set before OpenBLAS starts its threads: by re-executing the server.
+// OpenBLAS's thread count and idle spin, set before OpenBLAS starts its threads: by
+// re-executing the server.
 //
 // Note [OpenBLAS's threads]
 // OpenBLAS (Debian's libopenblas0-pthread) starts its thread pool when the library is loaded,
@@ -17,11 +18,26 @@
 // costs one more program start, a few milliseconds, and happens at most once: the
 // re-executed server finds kReexecMarker set (with the source of the count, for the start-up
 // line) and never re-executes again. An operator who sets OPENBLAS_NUM_THREADS (and no
-// --blas_threads) gets that count and no re-execution. If the exec fails the server goes on
-// with the pool it has and logs a warning. Stop signals survive it: they are blocked in main's
-// thread (Note [Stop signals] in main.cc), and a blocked signal stays pending across execv;
+// --blas_threads) gets that count, and no re-execution if OPENBLAS_THREAD_TIMEOUT is set too
+// (Note [OpenBLAS's idle threads] says why the server sets that one). If the exec fails the server
+// goes on with the pool it has and logs a warning. Stop signals survive it: they are blocked in
+// main's thread (Note [Stop signals] in main.cc), and a blocked signal stays pending across execv;
 // only one that a thread of OpenBLAS's took before is in the signal pipe, which execv would
 // lose, so main does not re-execute when the pipe has a byte, and stops at once instead.
+//
+// Note [OpenBLAS's idle threads]
+// After each product, OpenBLAS's threads spin (calling sched_yield) until 2^N TSC cycles pass
+// with no work, and only then sleep on a condition variable; N is OPENBLAS_THREAD_TIMEOUT,
+// read when the library loads, 28 by default (clamped to 4..30). 2^28 cycles is about 0.1 s
+// at 2.6 GHz: each request with a matmul or conv2d left its pool burning about 74 ms of CPU
+// per thread after the answer had gone (measured: 37 ticks in the 0.5 s after each of five
+// mlp requests, against none with a short timeout). On a host shared with other requests, or
+// in a pod whose CPU quota that spin eats, that is CPU taken from useful work. So unless the
+// operator set OPENBLAS_THREAD_TIMEOUT, the server sets it to kBlasThreadTimeout (2^18
+// cycles, about 0.1 ms: long enough to span the gap between the products of one backward pass,
+// short enough that a finished pass leaves nothing spinning), by the same re-execution that
+// sets the thread count. Measured on the 2-CPU host (docs/benchmarks.md): an mlp request cost
+// 24% less server CPU and the load tool's mlp rate rose 13%.
 //
 // Thread safety: call from main before any thread of the server's own starts (setenv).
 
@@ -33,20 +49,35 @@
 
 namespace gradserve::server {
 
-// Set in the environment of the re-executed server to the source of OPENBLAS_NUM_THREADS'
-// value ("cpus", "--blas_threads").
+// Set in the environment of the re-executed server to where OpenBLAS's settings came from
+// (BlasStart, written as "<threads_source>;<timeout source>").
 inline constexpr char kReexecMarker[] = "GRADSERVE_BLAS_THREADS_SOURCE";
+
+// OPENBLAS_THREAD_TIMEOUT's value when the operator did not set it: Note [OpenBLAS's idle
+// threads].
+inline constexpr int kBlasThreadTimeout = 18;
+
+// Where the re-executed server's OpenBLAS settings came from.
+struct BlasStart {
+  std::string threads_source;             // of OPENBLAS_NUM_THREADS: "cpus", "--blas_threads", ...
+  bool timeout_from_environment = false;  // the operator's OPENBLAS_THREAD_TIMEOUT, if true
+};
 
 // The marker's value if this process is the re-executed server, and removes it from the
 // environment (so that nothing the server starts inherits it). nullopt otherwise.
-std::optional<std::string> TakeReexecMarker();
+std::optional<BlasStart> TakeReexecMarker();
 
 // OPENBLAS_NUM_THREADS as the environment has it; empty if unset.
 std::string OpenBlasEnv();
 
-// If OPENBLAS_NUM_THREADS is not `threads`, sets it (and the marker, to source) and
-// re-executes this program with argv; returns only if no re-execution was needed (nullopt) or
-// it failed (the warning to log).
+// The start-up line that says how long OpenBLAS's idle threads spin, and why: the operator's
+// OPENBLAS_THREAD_TIMEOUT (from_environment) or kBlasThreadTimeout.
+std::string BlasTimeoutLine(bool from_environment);
+
+// If OPENBLAS_NUM_THREADS is not `threads`, or OPENBLAS_THREAD_TIMEOUT is unset, sets them
+// (the timeout to kBlasThreadTimeout) and the marker (with source) and re-executes this
+// program with argv; returns only if no re-execution was needed (nullopt) or it failed (the
+// warning to log).
 std::optional<std::string> ReexecWithBlasThreads(int threads, const std::string& source,
                                                  char** argv);
 

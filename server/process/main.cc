@@ -391,7 +391,7 @@ int Main(char** argv) {
                  "gradserve-server: --intra_op_threads must be 0 (from the CPUs) or more\n");
     return 2;
   }
-  const std::optional<std::string> reexecuted = TakeReexecMarker();
+  const std::optional<BlasStart> reexecuted = TakeReexecMarker();
   const CgroupLimits cgroup = ReadCgroup({absl::GetFlag(FLAGS_cgroup_root)});
   const int affinity_cpus = AffinityCpus();
   CpuSizing cpus = SizeCpus(
@@ -403,7 +403,7 @@ int Main(char** argv) {
   if (reexecuted.has_value()) {
     int applied = 0;  // what OpenBLAS started with, should the sizing differ this time
     if (absl::SimpleAtoi(OpenBlasEnv(), &applied) && applied > 0) {
-      cpus.blas_threads = {applied, *reexecuted};
+      cpus.blas_threads = {applied, reexecuted->threads_source};
     }
   } else if (pollfd stop = {signal_pipe[0], POLLIN, 0}; poll(&stop, 1, 0) == 0) {
     // No stop signal yet: one that OpenBLAS's threads took is in the pipe, and would be lost.
@@ -450,6 +450,9 @@ int Main(char** argv) {
   std::string host = options.listen_address.substr(0, options.listen_address.rfind(':'));
   // The sizing first: "listening on" is the line that tells scripts the server is up.
   LogLine(CpuLine(cpus, affinity_cpus));
+  if (!blas_warning.has_value()) {
+    LogLine(BlasTimeoutLine(!reexecuted.has_value() || reexecuted->timeout_from_environment));
+  }
   LogLine((*server)->memory_line());
   LogLine(absl::StrCat(
       "connections: idle ones closed after ", absl::FormatDuration(options.max_connection_idle),
