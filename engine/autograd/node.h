@@ -58,6 +58,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "engine/autograd/edge.h"
 #include "engine/autograd/function_hook.h"
 #include "engine/autograd/input_metadata.h"
@@ -80,7 +81,8 @@ class NodeLabeler {
 inline constexpr int64_t kEdgeBytes = sizeof(Edge) + 8;  // in a vector, with slack
 // An input's metadata, malloc's header, and a share of the tensor it describes: a TensorImpl,
 // Storage and autograd metadata are some 470 bytes, but many outputs of a recorded graph's ops
-// are freed while their Nodes live, since only the saved ones are held.
+// are freed while their Nodes live, since only the saved ones are held. (The first input's
+// metadata lies inside the Node, so sizeof counts it too: about 80 bytes over, per Node.)
 inline constexpr int64_t kInputBytes = sizeof(InputMetadata) + 16 + 128;
 inline constexpr uint32_t kEdgesCovered = 2;
 inline constexpr uint32_t kInputsCovered = 1;
@@ -199,7 +201,8 @@ class Node : public std::enable_shared_from_this<Node> {
   const uint64_t sequence_nr_;
   uint64_t topological_nr_ = 0;
   EdgeList next_edges_;
-  std::vector<InputMetadata> input_metadata_;
+  // Inline for the one input most Nodes have (an op's one output): no heap block of its own.
+  absl::InlinedVector<InputMetadata, 1> input_metadata_;
   Stream stream_;                               // stream(): the first input's stream that is one
   std::shared_ptr<const NodeLabeler> labeler_;  // null: no label
   int64_t label_key_ = 0;
