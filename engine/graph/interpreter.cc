@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <new>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -134,9 +135,52 @@ void ForgetBodies(const ValueSlots& slots, Program& program) {
 // [Extending a recorded graph]); see RunOp for one op. scope names them (Note [Naming ops in
 // errors]). Returns how many Nodes the ops recorded (new grad_fns of the values they defined).
 // Throws StatusError naming the op.
+// Drops a top-level graph's values after their last read, but those named to be kept (Note
+// [Values freed after their last use]). Only once the request holds kDropAboveBytes: below that
+// the memory is no matter, and a small request's values go with its graph as before, sparing
+// it the work (which was about 1k instructions of a ten-op request).
+class ValueDropper {
+ public:
+  static constexpr int64_t kDropAboveBytes = int64_t{1} << 20;
+
+  // slots, keep_only and budget (the request's) must outlive this.
+  ValueDropper(const ValueSlots& slots, const std::vector<absl::string_view>& keep_only,
+               const MemoryBudget& budget)
+      : slots_(slots), keep_only_(keep_only), budget_(budget), next_(slots.last_reads.begin()) {}
+
+  // After op i ran: drops the values it read last, unless kept.
+  void AfterOp(int64_t i, Env& env) {
+    const auto end = slots_.last_reads.end();
+    if (next_ == end || next_->first != i) return;
+    if (budget_.used() < kDropAboveBytes) {
+      while (next_ != end && next_->first == i) ++next_;
+      return;
+    }
+    if (kept_.empty()) {
+      kept_.assign(static_cast<size_t>(slots_.num_values), false);
+      for (absl::string_view name : keep_only_) {
+        if (auto it = slots_.by_name.find(name); it != slots_.by_name.end()) {
+          kept_[static_cast<size_t>(it->second)] = true;
+        }
+      }
+    }
+    for (; next_ != end && next_->first == i; ++next_) {
+      const auto slot = static_cast<size_t>(next_->second);
+      if (!kept_[slot]) env[slot] = Tensor();
+    }
+  }
+
+ private:
+  const ValueSlots& slots_;
+  const std::vector<absl::string_view>& keep_only_;
+  const MemoryBudget& budget_;
+  std::vector<std::pair<int64_t, int64_t>>::const_iterator next_;
+  std::vector<bool> kept_;  // by slot, made on the first drop
+};
+
 int64_t RunOps(const std::shared_ptr<const Graph>& graph, const ValueSlots& slots,
                const std::string& scope, const std::shared_ptr<const Program>& program, Env& env,
-               int64_t first = 0);
+               int64_t first = 0, class ValueDropper* dropper = nullptr);
 
 // Runs a checkpoint body on its inputs under the caller's grad mode: the CheckpointBody of the
 // checkpoint op.
@@ -281,9 +325,11 @@ int64_t RunOp(const Op& op, const ops::OpSchema& schema, int64_t index, const st
   return labeled;
 }
 
+// With dropper, drops values after their last read (Note [Values freed after their last use]);
+// slots must then be a top level's.
 int64_t RunOps(const std::shared_ptr<const Graph>& graph, const ValueSlots& slots,
                const std::string& scope, const std::shared_ptr<const Program>& program, Env& env,
-               int64_t first) {
+               int64_t first, ValueDropper* dropper) {
   std::vector<std::shared_ptr<autograd::Node>> keep_alive;
   const auto labeler = std::make_shared<const OpLabeler>(graph, scope);
   Reads reads(slots);
@@ -316,6 +362,7 @@ int64_t RunOps(const std::shared_ptr<const Graph>& graph, const ValueSlots& slot
       ThrowStatus(in_context(absl::InternalError(e.what())));
     }
     next_slot += static_cast<int64_t>(op.outputs.size());
+    if (dropper != nullptr) dropper->AfterOp(static_cast<int64_t>(i), env);
   }
   return nodes;
 }
@@ -369,7 +416,8 @@ class Interpreter {
   // Runs a graph that passed its checks forward; slots are Validate's for it.
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
       const std::shared_ptr<const Graph>& shared_graph, std::shared_ptr<const ValueSlots> slots,
-      const Limits& limits, std::shared_ptr<CancellationToken> cancel) {
+      const Limits& limits, std::shared_ptr<CancellationToken> cancel,
+      const std::vector<absl::string_view>* keep_only) {
     const Graph& graph = *shared_graph;
     std::unique_ptr<RecordedGraph> recorded(new RecordedGraph);
     recorded->graph_ = shared_graph;
@@ -397,8 +445,13 @@ class Interpreter {
       for (size_t i = 0; i < graph.leaves.size(); ++i) {
         recorded->values_[i] = MakeLeafValue(graph.leaves[i], recorded->slots_->writes_in_place);
       }
-      recorded->num_nodes_ =
-          RunOps(shared_graph, *recorded->slots_, "", program, recorded->values_);
+      // Note [Values freed after their last use].
+      std::optional<ValueDropper> dropper;
+      if (keep_only != nullptr && !recorded->slots_->writes_in_place) {
+        dropper.emplace(*recorded->slots_, *keep_only, *recorded->budget_);
+      }
+      recorded->num_nodes_ = RunOps(shared_graph, *recorded->slots_, "", program, recorded->values_,
+                                    0, dropper.has_value() ? &*dropper : nullptr);
       if (recorded->slots_->writes_in_place) {
         // Note [Views written in place]: a view whose base a later op wrote gets its replayed
         // history now, on this thread, so that backward calls only read the values.
@@ -549,17 +602,18 @@ class Interpreter {
 
 absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(
     std::shared_ptr<const Graph> graph, const Limits& limits,
-    std::shared_ptr<CancellationToken> cancel) {
+    std::shared_ptr<CancellationToken> cancel, const std::vector<absl::string_view>* keep_only) {
   absl::StatusOr<std::unique_ptr<const ValueSlots>> slots = Validate(*graph, limits);
   if (!slots.ok()) return slots.status();
-  return Interpreter::Record(graph, *std::move(slots), limits, std::move(cancel));
+  return Interpreter::Record(graph, *std::move(slots), limits, std::move(cancel), keep_only);
 }
 
 absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::RecordValidated(
     std::shared_ptr<const Graph> graph, std::shared_ptr<const ValueSlots> slots,
-    const Limits& limits, std::shared_ptr<CancellationToken> cancel) {
+    const Limits& limits, std::shared_ptr<CancellationToken> cancel,
+    const std::vector<absl::string_view>* keep_only) {
   if (absl::Status s = ValidateLeafValues(*graph, limits); !s.ok()) return s;
-  return Interpreter::Record(graph, std::move(slots), limits, std::move(cancel));
+  return Interpreter::Record(graph, std::move(slots), limits, std::move(cancel), keep_only);
 }
 
 absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(

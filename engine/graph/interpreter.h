@@ -64,6 +64,26 @@ absl::StatusOr<std::unique_ptr<const ValueSlots>> ValidateExtension(const Graph&
                                                                     const ValueSlots& extended,
                                                                     const Limits& limits);
 
+// Note [Values freed after their last use]
+// The interpreter holds a graph's values by slot (Note [Value slots]), and it used to hold
+// every one of them until the recorded graph went, while most are read only by the next op or
+// two: the autograd graph keeps what a backward needs (its Nodes' saved tensors and edges),
+// and PyTorch frees the rest as the Python names that hold them go. A request's tensors, all
+// charged to its budget (max_memory_bytes), therefore peaked at the sum of its values where
+// PyTorch's peak is the saved tensors and a few in flight: a chain of scalar products of a
+// 4 MiB tensor held 4 MiB more per link. Validate writes down the last op that reads each
+// value an op computes (ValueSlots::last_reads), and Record, given the names that a one-shot
+// request's calls and return values use (keep_only), drops every other computed value after
+// the op that reads it last, once the request's budget holds 1 MiB (below that the memory is
+// no matter, and a ten-op request would pay about 1k instructions for it; its values go with
+// the graph, as before). A leaf is never dropped. Dropping is a reference gone, no more: a
+// Node that saved the tensor, or a view of it, keeps its bytes. A graph that a session holds
+// keeps every value (its later calls and extensions may name any), and so does a graph that
+// writes in place, whose destructor must reach every value's history to break the cycles such
+// writes make (Note [Cycles through in-place writes] in interpreter.cc). A dropped value is
+// undefined in the graph from then on, as an unreached gradient is: a call that names one is
+// refused (INVALID_ARGUMENT), and Value() returns it undefined.
+
 // A graph run forward in grad mode, holding its autograd graph.
 //
 // Thread safety: Backward calls may run at once on different threads when each retains the
@@ -77,9 +97,12 @@ class RecordedGraph {
   // limits.max_memory_bytes, which also refuses any tensor over limits.max_tensor_elements
   // before it is allocated (Note [Tensors over max_tensor_elements]).
   // The recorded Nodes share graph for their labels (Note [Node labels]).
+  // With keep_only, the values that none of its names name are dropped after their last read
+  // (Note [Values freed after their last use]); names that are no value are ignored.
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
       std::shared_ptr<const Graph> graph, const Limits& limits,
-      std::shared_ptr<CancellationToken> cancel = nullptr);
+      std::shared_ptr<CancellationToken> cancel = nullptr,
+      const std::vector<absl::string_view>* keep_only = nullptr);
   // The same on a copy of graph.
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
       const Graph& graph, const Limits& limits,
@@ -91,7 +114,8 @@ class RecordedGraph {
   // graph] in server/run/graph_cache.h).
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordValidated(
       std::shared_ptr<const Graph> graph, std::shared_ptr<const ValueSlots> slots,
-      const Limits& limits, std::shared_ptr<CancellationToken> cancel = nullptr);
+      const Limits& limits, std::shared_ptr<CancellationToken> cancel = nullptr,
+      const std::vector<absl::string_view>* keep_only = nullptr);
 
   // Frees the saved tensors of a graph that wrote in place (Note [Cycles through in-place
   // writes] in interpreter.cc).
@@ -137,7 +161,9 @@ class RecordedGraph {
   absl::StatusOr<int64_t> Extend(std::shared_ptr<const Graph> extension,
                                  std::shared_ptr<CancellationToken> cancel);
 
-  // A forward value by name; NOT_FOUND if no value has that name.
+  // A forward value by name; NOT_FOUND if no value has that name. Undefined for a value
+  // dropped after its last use (Note [Values freed after their last use]) and for an unreached
+  // gradient of a grad op.
   absl::StatusOr<Tensor> Value(absl::string_view name) const;
 
   // Nodes recorded by the forward pass.

@@ -1,5 +1,6 @@
 // graph::Validate: every check on a Graph that needs no tensor computation (interpreter.h).
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <variant>
@@ -60,6 +61,32 @@ class Validator {
     slots.num_leaves = num_leaves_;
   }
 
+  // Fills slots.last_reads for graph, the top level just checked (Note [Values freed after
+  // their last use] in interpreter.h).
+  void LastReadsInto(const Graph& graph, ValueSlots& slots) const {
+    const int64_t first_output = static_cast<int64_t>(graph.leaves.size());
+    std::vector<int64_t> last(static_cast<size_t>(slots.num_values - first_output), -1);
+    size_t read = 0;
+    int64_t slot = first_output;
+    for (size_t i = 0; i < graph.ops.size(); ++i) {
+      for (; read < top_read_ends_[i]; ++read) {
+        const int64_t from = slots.reads[read];
+        if (from >= first_output)
+          last[static_cast<size_t>(from - first_output)] = static_cast<int64_t>(i);
+      }
+      // An op's outputs are read only by later ops, which move their entry on.
+      for (size_t k = 0; k < graph.ops[i].outputs.size(); ++k, ++slot) {
+        last[static_cast<size_t>(slot - first_output)] = static_cast<int64_t>(i);
+      }
+    }
+    slots.last_reads.reserve(last.size());
+    for (size_t k = 0; k < last.size(); ++k) {
+      slots.last_reads.emplace_back(last[k], first_output + static_cast<int64_t>(k));
+    }
+    std::stable_sort(slots.last_reads.begin(), slots.last_reads.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+  }
+
   // Checks one graph whose ops are named within `scope` (Note [Naming ops in errors]); depth
   // is how many checkpoint bodies enclose it. Fills slots, which must be empty, with the
   // graph's slots.
@@ -93,6 +120,7 @@ class Validator {
           !s.ok()) {
         return WithContext(s, DescribeOp(scope, i, op));
       }
+      if (!is_body) top_read_ends_.push_back(slots.reads.size());
       if (op.body != nullptr) {
         if (depth + 1 > limits_.max_nesting) {
           return absl::ResourceExhaustedError(
@@ -410,6 +438,8 @@ class Validator {
   }
 
   const Limits& limits_;
+  // The end of each top-level op's reads in the top level's slots.reads, in op order.
+  std::vector<size_t> top_read_ends_;
   int64_t num_ops_ = 0;
   int64_t num_leaves_ = 0;
   int64_t leaf_bytes_ = 0;
@@ -423,6 +453,7 @@ absl::StatusOr<std::unique_ptr<const ValueSlots>> Validate(const Graph& graph,
   Validator validator(limits);
   if (absl::Status s = validator.CheckGraph(graph, "", 0, *slots); !s.ok()) return s;
   validator.CountInto(*slots);
+  validator.LastReadsInto(graph, *slots);
   return slots;
 }
 

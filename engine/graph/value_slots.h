@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -50,6 +51,10 @@ struct ValueSlots {
   // Whether an op of the graph, or of a body it holds, writes in place (Note [Leaves written
   // in place] in interpreter.cc); for an extension, an op of the extension.
   bool writes_in_place = false;
+  // Note [Values freed after their last use] (interpreter.h): (op index, slot) for each value
+  // a top-level op computes, at the index of the last op that reads it (its own op's if none
+  // does), in op order. Empty for checkpoint bodies and extensions.
+  std::vector<std::pair<int64_t, int64_t>> last_reads;
   // The slots of each checkpoint body the graph's ops hold, by the body's address.
   absl::flat_hash_map<const Graph*, std::unique_ptr<const ValueSlots>> bodies;
 };

@@ -41,8 +41,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/autograd/cancellation.h"
 #include "engine/graph/graph.h"
 #include "engine/graph/interpreter.h"
@@ -78,9 +80,11 @@ class GraphLease {
 
   // Records graph, FromProto's result: with the kept slots if it is the reusable() one
   // (RecordedGraph::RecordValidated), else validating it (RecordedGraph::Record). Once this
-  // succeeded, the destructor may keep graph. Call it at most once.
+  // succeeded, the destructor may keep graph. Call it at most once. keep_only is Record's
+  // (Note [Values freed after their last use] in engine/graph/interpreter.h).
   absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> Record(
-      std::shared_ptr<graph::Graph> graph, std::shared_ptr<autograd::CancellationToken> cancel);
+      std::shared_ptr<graph::Graph> graph, std::shared_ptr<autograd::CancellationToken> cancel,
+      const std::vector<absl::string_view>* keep_only = nullptr);
 
  private:
   const graph::Limits limits_;

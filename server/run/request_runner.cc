@@ -136,9 +136,23 @@ absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const gra
       FromProto(request, limits, chunked, lease.reusable(), regions_);
   if (chunked != nullptr) chunked->Clear();
   if (!converted.ok()) return converted.status();
+  // Note [Values freed after their last use]: a graph no later call reads keeps only what
+  // this request's calls and return values name.
+  std::vector<absl::string_view> keep_only;
+  if (!held) {
+    for (const graph::BackwardCall& call : converted->calls) {
+      keep_only.insert(keep_only.end(), call.roots.begin(), call.roots.end());
+      keep_only.insert(keep_only.end(), call.inputs.begin(), call.inputs.end());
+    }
+    for (const Destinations& call : converted->destinations) {
+      for (const auto& [name, destination] : call) keep_only.push_back(name);
+    }
+    keep_only.insert(keep_only.end(), request.return_values().begin(),
+                     request.return_values().end());
+  }
   // Shared, not copied: the recorded Nodes share it for their labels (Note [Node labels]).
   absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> recorded =
-      lease.Record(std::move(converted->graph), cancel);
+      lease.Record(std::move(converted->graph), cancel, held ? nullptr : &keep_only);
   if (!recorded.ok()) return recorded.status();
   recorded_ = *std::move(recorded);
   graph::RecordedGraph& g = *recorded_;

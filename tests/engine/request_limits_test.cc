@@ -13,9 +13,11 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/graph/interpreter.h"
@@ -185,6 +187,66 @@ TEST(RequestLimitsTest, NestedGradLevelsAreChargedToTheBudget) {
   EXPECT_EQ(recorded.status().code(), absl::StatusCode::kResourceExhausted) << recorded.status();
   EXPECT_TRUE(MessageHas(recorded.status(), "(grad -> 'g"));
   EXPECT_TRUE(MessageHas(recorded.status(), "request memory limit exceeded"));
+}
+
+// Note [Values freed after their last use]: x (4 MiB) scaled eight times, then summed. Held to
+// the end, the eight products (4 MiB each, none saved by its Node) pass a 16 MiB budget; each
+// dropped once the next link has read it, no more than two are alive at once.
+Graph ScaledChain() {
+  GraphBuilder b;
+  b.Leaf("x", Tensor::Full({1 << 20}, 0.5, DType::kFloat32), true);
+  std::string last = "x";
+  for (int i = 0; i < 8; ++i) {
+    const std::string y = absl::StrCat("y", i);
+    b.Op("mul", {last}, {y}, ops::Attrs({{"other", 2.0}}));
+    last = y;
+  }
+  b.Op("sum", {last}, {"loss"});
+  return b.Build();
+}
+
+TEST(RequestLimitsTest, ValuesNoLaterOpReadsAreFreedWithinTheBudget) {
+  Limits limits;
+  limits.max_memory_bytes = int64_t{16} << 20;
+  auto held = RecordedGraph::Record(ScaledChain(), limits);
+  EXPECT_EQ(held.status().code(), absl::StatusCode::kResourceExhausted) << held.status();
+  EXPECT_TRUE(MessageHas(held.status(), "request memory limit exceeded"));
+
+  const std::vector<absl::string_view> keep = {"loss", "x", "y5"};
+  auto recorded =
+      RecordedGraph::Record(std::make_shared<const Graph>(ScaledChain()), limits, nullptr, &keep);
+  ASSERT_TRUE(recorded.ok()) << recorded.status();
+  RecordedGraph& g = **recorded;
+  EXPECT_LE(g.budget()->peak(), int64_t{13} << 20) << "more than x and two products at once";
+  EXPECT_TRUE(g.Value("y5")->defined()) << "a kept value was dropped";
+  EXPECT_TRUE(g.Value("x")->defined());
+  EXPECT_FALSE(g.Value("y3")->defined()) << "a value no later op reads was kept";
+  EXPECT_FALSE(g.Value("y7")->defined());
+  // The gradient is the same: every Node kept what it needed.
+  absl::StatusOr<CallResult> result = g.Backward(GradCall("loss", {"x"}));
+  ASSERT_TRUE(result.ok()) << result.status();
+  const Tensor& grad = result->grads[0];
+  EXPECT_EQ(grad.numel(), 1 << 20);
+  EXPECT_EQ(grad.data<float>()[0], 256.0f);
+  EXPECT_EQ(grad.data<float>()[(1 << 20) - 1], 256.0f);
+  // A call that names a dropped value is refused, not run on nothing.
+  absl::StatusOr<CallResult> dropped = g.Backward(GradCall("y7", {"x"}));
+  EXPECT_EQ(dropped.status().code(), absl::StatusCode::kInvalidArgument) << dropped.status();
+}
+
+TEST(RequestLimitsTest, AGraphThatWritesInPlaceKeepsEveryValue) {
+  // Note [Cycles through in-place writes]: its destructor walks every value's history.
+  GraphBuilder b;
+  b.Leaf("x", F64({1, 2, 3}), true)
+      .Op("mul", {"x"}, {"y"}, ops::Attrs({{"other", 2.0}}))
+      .Op("mul", {"y"}, {"z"}, ops::Attrs({{"other", 3.0}}))
+      .Op("add_", {"z", "y"}, {"w"})
+      .Op("sum", {"w"}, {"loss"});
+  const std::vector<absl::string_view> keep = {"loss", "x"};
+  auto recorded = RecordedGraph::Record(b.BuildShared(), Limits(), nullptr, &keep);
+  ASSERT_TRUE(recorded.ok()) << recorded.status();
+  EXPECT_TRUE((*recorded)->Value("y")->defined());
+  EXPECT_TRUE((*recorded)->Value("z")->defined());
 }
 
 }  // namespace

@@ -50,6 +50,19 @@ v1::GradRequest Chain(int ops) {
   return b.request();
 }
 
+// 40 outer products of a 2048-vector with itself: 16 MiB each, 640 MiB together, over the
+// test server's 256 MiB per request if all are held at once; with returned, the request
+// returns them all, so they are (Note [Values freed after their last use]).
+v1::GradRequest ManyProducts(bool returned) {
+  RequestBuilder b;
+  b.Leaf("c", HostTensor::Float32(std::vector<float>(2048, 1), {2048, 1}))
+      .Leaf("r", HostTensor::Float32(std::vector<float>(2048, 1), {1, 2048}));
+  for (int i = 0; i < 40; ++i) b.Op("mul", {"c", "r"}, {absl::StrCat("p", i)});
+  v1::GradRequest request = b.request();
+  for (int i = 0; returned && i < 40; ++i) request.add_return_values(absl::StrCat("p", i));
+  return request;
+}
+
 v1::GradRequest NestedCheckpoints(int depth) {
   v1::GradRequest r;
   r.mutable_graph()->add_leaves()->set_name("x");
@@ -147,14 +160,7 @@ std::vector<BadRequest> Cases() {
                    absl::StatusCode::kResourceExhausted,
                    {"leaf 'x'", "--max_tensor_elements"}});
   cases.push_back({"over_max_memory_bytes_while_computing",
-                   [] {
-                     // 4096 x 4096 float32 = 64 MiB per product; four of them pass 256 MiB.
-                     RequestBuilder b;
-                     b.Leaf("c", HostTensor::Float32(std::vector<float>(2048, 1), {2048, 1}))
-                         .Leaf("r", HostTensor::Float32(std::vector<float>(2048, 1), {1, 2048}));
-                     for (int i = 0; i < 40; ++i) b.Op("mul", {"c", "r"}, {absl::StrCat("p", i)});
-                     return b.request();
-                   },
+                   [] { return ManyProducts(/*returned=*/true); },
                    absl::StatusCode::kResourceExhausted,
                    {}});
   cases.push_back({"over_max_nesting",
@@ -263,6 +269,17 @@ class ServerErrorTest : public ::testing::Test {};
 // Bytes that are no GradRequest (a varint that never ends, then text).
 constexpr char kGarbage[] = "\xff\xff\xff\xff\x0f garbage";
 constexpr int kGarbageBytes = sizeof(kGarbage) - 1;
+
+// Note [Values freed after their last use]: the same products, none of them returned or read
+// again, are each dropped as soon as it is made, and the request fits.
+TEST_F(ServerErrorTest, ValuesNothingReadsAgainAreFreedAsTheRequestRuns) {
+  TestServer server;
+  client::CallOptions options;
+  options.timeout = absl::Seconds(60);
+  absl::StatusOr<v1::GradResponse> r =
+      server.client().ComputeGradients(ManyProducts(/*returned=*/false), options);
+  EXPECT_TRUE(r.ok()) << r.status();
+}
 
 TEST_F(ServerErrorTest, MalformedBytesAreInvalidArgument) {
   TestServer server;
