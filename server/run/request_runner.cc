@@ -63,8 +63,7 @@ absl::Status RequestRunner::ReturnValues(
       return absl::InvalidArgumentError(
           absl::StrCat("return_values[", i, "]: the graph has no value named ", Quote(name)));
     }
-    if (absl::Status s = ReserveResponse(static_cast<int64_t>(value->nbytes()), g.budget());
-        !s.ok()) {
+    if (absl::Status s = ReserveResponse(ToProtoNewBytes(*value, deferred), g.budget()); !s.ok()) {
       return Prefixed(s, absl::StrCat("return_values[", i, "]: "));
     }
     v1::NamedTensor* out = response->add_values();
@@ -107,7 +106,7 @@ absl::Status RequestRunner::RunCalls(graph::RecordedGraph& g,
       }
       if (k < result->grads.size() && result->grads[k].defined()) {
         if (absl::Status s =
-                ReserveResponse(static_cast<int64_t>(result->grads[k].nbytes()), g.budget());
+                ReserveResponse(ToProtoNewBytes(result->grads[k], deferred), g.budget());
             !s.ok()) {
           return Prefixed(s, absl::StrCat("call #", c, ": "));
         }

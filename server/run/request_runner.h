@@ -100,7 +100,8 @@ class RequestRunner {
 
   // Charges bytes more of the response (its serialized form) to the request's memory budget,
   // or to fallback if the request recorded nothing, until the runner is destroyed (Note
-  // [Budgets within a budget]). Run already charged the tensors it copied into the response.
+  // [Budgets within a budget]). Run already charged the tensors it copied into the response
+  // (ToProtoNewBytes: a deferred tensor is charged once, by its own storage).
   // RESOURCE_EXHAUSTED naming the limit it would pass.
   absl::Status ReserveResponse(int64_t bytes, const std::shared_ptr<MemoryBudget>& fallback);
 

@@ -561,8 +561,13 @@ absl::Status GradService::Run(const Job& job, RequestRunner& runner) {
     bytes_out =
         static_cast<int64_t>(job.deferred != nullptr ? job.deferred->SerializedSize(*job.response)
                                                      : job.response->ByteSizeLong());
-    // The serialized response, until the runner is destroyed after the reply.
-    status = runner.ReserveResponse(bytes_out, BudgetOf(job.tenant));
+    // The serialized response, until the runner is destroyed after the reply; the deferred
+    // tensors in it are their own bytes, charged already (Note [Tensor bytes left in the
+    // chunks]).
+    const int64_t copied =
+        bytes_out -
+        static_cast<int64_t>(job.deferred != nullptr ? job.deferred->DeferredBytes() : 0);
+    status = runner.ReserveResponse(copied, BudgetOf(job.tenant));
     if (!status.ok()) bytes_out = 0;
   }
   EndCall(job.request->request_id(), job.trace, job.rpc, job.tenant, status, job.received,

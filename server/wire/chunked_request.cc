@@ -11,8 +11,8 @@
 #include "google/protobuf/unknown_field_set.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "proto/chunking.h"
-#include "server/wire/malformed_request.h"
 #include "proto/wire_format.h"
+#include "server/wire/malformed_request.h"
 
 namespace gradserve::server {
 namespace {
@@ -433,6 +433,12 @@ class Splicer {
 void ChunkedResponse::Defer(Tensor host, v1::Tensor* out) {
   tensors_.push_back(std::move(host));
   out->GetReflection()->MutableUnknownFields(out)->AddVarint(kMarkerField, tensors_.size());
+}
+
+size_t ChunkedResponse::DeferredBytes() const {
+  size_t bytes = 0;
+  for (const Tensor& tensor : tensors_) bytes += tensor.nbytes();
+  return bytes;
 }
 
 size_t ChunkedResponse::SerializedSize(const v1::GradResponse& response) const {

@@ -143,6 +143,8 @@ class ChunkedResponse {
 
   // Whether a tensor is deferred.
   bool empty() const { return tensors_.empty(); }
+  // The bytes of the deferred tensors: the part of SerializedSize that is theirs, not a copy.
+  size_t DeferredBytes() const;
 
   // Drops the deferred tensors.
   void Clear() { std::vector<Tensor>().swap(tensors_); }

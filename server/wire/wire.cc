@@ -918,6 +918,13 @@ absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const gr
   }
 }
 
+int64_t ToProtoNewBytes(const Tensor& tensor, const ChunkedResponse* deferred) {
+  if (!tensor.defined()) return 0;
+  const bool taken_as_is = deferred != nullptr && tensor.device().is_cpu() &&
+                           tensor.is_contiguous() && ChunkedResponse::Defers(tensor.nbytes());
+  return taken_as_is ? 0 : static_cast<int64_t>(tensor.nbytes());
+}
+
 void ToProto(const Tensor& tensor, v1::Tensor* out, ChunkedResponse* deferred) {
   if (!tensor.defined()) return;
   out->set_dtype(ToProto(tensor.dtype()));

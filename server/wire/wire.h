@@ -89,6 +89,11 @@ bool SameStructure(const v1::Graph& wire, const graph::Graph& built, bool compar
 // (Note [Tensor bytes left in the chunks]). Throws StatusError if the device copy fails.
 void ToProto(const Tensor& tensor, v1::Tensor* out, ChunkedResponse* deferred = nullptr);
 
+// The bytes that ToProto(tensor, ..., deferred) makes beside tensor's own: none when deferred
+// takes tensor itself (a contiguous CPU tensor big enough to defer), whose storage is charged
+// already; else tensor's size, in a copy or in out's data.
+int64_t ToProtoNewBytes(const Tensor& tensor, const ChunkedResponse* deferred);
+
 // Writes tensor (any device, any layout) into destination's range and describes it in out:
 // dtype, shape, device, and the range as its contents. An undefined tensor leaves out untouched.
 // INVALID_ARGUMENT, `what` first, when the tensor's size is not the range's or the region was

@@ -114,15 +114,25 @@ TEST(ServerMemoryTest, ConcurrentRequestsShareTheServersBudget) {
   EXPECT_TRUE(server.client().ComputeGradients(BigRequest(kElements)).ok());
 }
 
-TEST(ServerMemoryTest, TheResponseCountsAgainstTheRequestsBudget) {
+// A server whose requests may hold 24 MiB, and a request builder with x, 4 MiB of ones
+// requiring grad, for the response tests below.
+server::ServerOptions Budget24MiB() {
   server::ServerOptions options = TestOptions();
   options.limits.max_memory_bytes = 24 << 20;
-  TestServer server(options);
-  // x (4 MiB) fits, and y is a view of it; y sent back three times (8 MiB each) fills the
-  // request's 24 MiB, and its serialized form does not fit beside them.
+  return options;
+}
+RequestBuilder WithFourMibLeaf() {
   RequestBuilder b;
   b.Leaf("x", HostTensor::Float32(std::vector<float>(1 << 20, 1.0f), {1 << 20}),
          /*requires_grad=*/true);
+  return b;
+}
+
+TEST(ServerMemoryTest, TheResponseCountsAgainstTheRequestsBudget) {
+  TestServer server(Budget24MiB());
+  // x (4 MiB) fits, and y is a view of it; y sent back three times (8 MiB each) fills the
+  // request's 24 MiB, and its serialized form does not fit beside them.
+  RequestBuilder b = WithFourMibLeaf();
   b.Op("expand", {"x"}, {"y"}, {{"size", client::IntsAttr({2, 1 << 20})}});
   b.ReturnValue("y").ReturnValue("y").ReturnValue("y");
   const absl::StatusOr<v1::GradResponse> response = server.client().ComputeGradients(b.request());
@@ -130,6 +140,23 @@ TEST(ServerMemoryTest, TheResponseCountsAgainstTheRequestsBudget) {
   EXPECT_EQ(response.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(response.status().message(), HasSubstr("request memory limit"));
   EXPECT_THAT(response.status().message(), HasSubstr("the response"));
+}
+
+TEST(ServerMemoryTest, ATensorTheResponseHandsOverIsChargedOnce) {
+  TestServer server(Budget24MiB());
+  // y = 2x (4 MiB, contiguous) returned five times, and x's gradient (4 MiB): the response
+  // hands gRPC the tensors themselves (Note [Tensor bytes left in the chunks]), so the request
+  // holds 8 MiB, not the 48 that charging each copy in the response and again in its
+  // serialized form came to.
+  RequestBuilder b = WithFourMibLeaf();
+  b.Op("mul", {"x"}, {"y"}, {{"other", client::FloatAttr(2)}}).Op("sum", {"y"}, {"loss"});
+  for (int i = 0; i < 5; ++i) b.ReturnValue("y");
+  b.Grad({"loss"}, {"x"});
+  const absl::StatusOr<v1::GradResponse> response = server.client().ComputeGradients(b.request());
+  ASSERT_TRUE(response.ok()) << response.status();
+  ASSERT_EQ(response->values_size(), 5);
+  EXPECT_EQ(response->values(4).value().data().size(), size_t{4} << 20);
+  EXPECT_EQ(response->calls(0).gradients(0).value().data().size(), size_t{4} << 20);
 }
 
 TEST(ServerMemoryTest, CompressedRequestsCanBeRefused) {
