@@ -417,7 +417,7 @@ class Interpreter {
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
       const std::shared_ptr<const Graph>& shared_graph, std::shared_ptr<const ValueSlots> slots,
       const Limits& limits, std::shared_ptr<CancellationToken> cancel,
-      const std::vector<absl::string_view>* keep_only) {
+      const std::vector<absl::string_view>* keep_only, std::shared_ptr<MemoryBudget> budget) {
     const Graph& graph = *shared_graph;
     std::unique_ptr<RecordedGraph> recorded(new RecordedGraph);
     recorded->graph_ = shared_graph;
@@ -425,8 +425,7 @@ class Interpreter {
     recorded->limits_ = limits;
     recorded->cancel_ = cancel;
     // Within the budget of the caller's thread, if any (Note [Budgets within a budget]).
-    recorded->budget_ = MemoryBudget::Make(limits.max_memory_bytes, CurrentMemoryBudget(),
-                                           "request memory limit", limits.max_tensor_elements);
+    recorded->budget_ = budget != nullptr ? std::move(budget) : RequestBudget(limits);
     // Set before any op runs: an op that fails after an in-place write leaves its cycles in
     // values_ too, and the destructor must break them (Note [Cycles through in-place writes]).
     recorded->writes_in_place_ = recorded->slots_->writes_in_place;
@@ -602,23 +601,31 @@ class Interpreter {
 
 absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(
     std::shared_ptr<const Graph> graph, const Limits& limits,
-    std::shared_ptr<CancellationToken> cancel, const std::vector<absl::string_view>* keep_only) {
+    std::shared_ptr<CancellationToken> cancel, const std::vector<absl::string_view>* keep_only,
+    std::shared_ptr<MemoryBudget> budget) {
   absl::StatusOr<std::unique_ptr<const ValueSlots>> slots = Validate(*graph, limits);
   if (!slots.ok()) return slots.status();
-  return Interpreter::Record(graph, *std::move(slots), limits, std::move(cancel), keep_only);
+  return Interpreter::Record(graph, *std::move(slots), limits, std::move(cancel), keep_only,
+                             std::move(budget));
 }
 
 absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::RecordValidated(
     std::shared_ptr<const Graph> graph, std::shared_ptr<const ValueSlots> slots,
     const Limits& limits, std::shared_ptr<CancellationToken> cancel,
-    const std::vector<absl::string_view>* keep_only) {
+    const std::vector<absl::string_view>* keep_only, std::shared_ptr<MemoryBudget> budget) {
   if (absl::Status s = ValidateLeafValues(*graph, limits); !s.ok()) return s;
-  return Interpreter::Record(graph, std::move(slots), limits, std::move(cancel), keep_only);
+  return Interpreter::Record(graph, std::move(slots), limits, std::move(cancel), keep_only,
+                             std::move(budget));
 }
 
 absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(
     const Graph& graph, const Limits& limits, std::shared_ptr<CancellationToken> cancel) {
   return Record(std::make_shared<const Graph>(graph), limits, std::move(cancel));
+}
+
+std::shared_ptr<MemoryBudget> RequestBudget(const Limits& limits) {
+  return MemoryBudget::Make(limits.max_memory_bytes, CurrentMemoryBudget(), "request memory limit",
+                            limits.max_tensor_elements);
 }
 
 // Note [Cycles through in-place writes]

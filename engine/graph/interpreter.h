@@ -84,6 +84,12 @@ absl::StatusOr<std::unique_ptr<const ValueSlots>> ValidateExtension(const Graph&
 // undefined in the graph from then on, as an unreached gradient is: a call that names one is
 // refused (INVALID_ARGUMENT), and Value() returns it undefined.
 
+// The budget a request's tensors are charged to: limits.max_memory_bytes within the budget
+// current on the calling thread (Note [Budgets within a budget]), refusing any tensor over
+// limits.max_tensor_elements before it is allocated. Record makes one unless it is given one;
+// a caller that builds the graph's leaves itself makes it first, so that they count too.
+std::shared_ptr<MemoryBudget> RequestBudget(const Limits& limits);
+
 // A graph run forward in grad mode, holding its autograd graph.
 //
 // Thread safety: Backward calls may run at once on different threads when each retains the
@@ -99,10 +105,12 @@ class RecordedGraph {
   // The recorded Nodes share graph for their labels (Note [Node labels]).
   // With keep_only, the values that none of its names name are dropped after their last read
   // (Note [Values freed after their last use]); names that are no value are ignored.
+  // budget, if given, is RequestBudget(limits), made by the caller (above).
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
       std::shared_ptr<const Graph> graph, const Limits& limits,
       std::shared_ptr<CancellationToken> cancel = nullptr,
-      const std::vector<absl::string_view>* keep_only = nullptr);
+      const std::vector<absl::string_view>* keep_only = nullptr,
+      std::shared_ptr<MemoryBudget> budget = nullptr);
   // The same on a copy of graph.
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
       const Graph& graph, const Limits& limits,
@@ -115,7 +123,8 @@ class RecordedGraph {
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordValidated(
       std::shared_ptr<const Graph> graph, std::shared_ptr<const ValueSlots> slots,
       const Limits& limits, std::shared_ptr<CancellationToken> cancel = nullptr,
-      const std::vector<absl::string_view>* keep_only = nullptr);
+      const std::vector<absl::string_view>* keep_only = nullptr,
+      std::shared_ptr<MemoryBudget> budget = nullptr);
 
   // Frees the saved tensors of a graph that wrote in place (Note [Cycles through in-place
   // writes] in interpreter.cc).

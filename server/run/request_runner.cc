@@ -131,8 +131,12 @@ absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const gra
   // nor is a graph a session holds, which no later request could reuse while it is held.
   GraphLease& lease =
       lease_.emplace(request.graph(), limits, /*enabled=*/chunked == nullptr && !held, op_records);
-  absl::StatusOr<EngineRequest> converted =
-      FromProto(request, limits, chunked, lease.reusable(), regions_);
+  // The request's budget holds its leaves too, not only what its ops compute.
+  std::shared_ptr<MemoryBudget> budget = graph::RequestBudget(limits);
+  absl::StatusOr<EngineRequest> converted = [&] {
+    MemoryBudgetScope leaves_in_budget(budget);
+    return FromProto(request, limits, chunked, lease.reusable(), regions_);
+  }();
   if (chunked != nullptr) chunked->Clear();
   if (!converted.ok()) return converted.status();
   // Note [Values freed after their last use]: a graph no later call reads keeps only what
@@ -150,8 +154,8 @@ absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const gra
                      request.return_values().end());
   }
   // Shared, not copied: the recorded Nodes share it for their labels (Note [Node labels]).
-  absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> recorded =
-      lease.Record(std::move(converted->graph), cancel, held ? nullptr : &keep_only);
+  absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> recorded = lease.Record(
+      std::move(converted->graph), cancel, held ? nullptr : &keep_only, std::move(budget));
   if (!recorded.ok()) return recorded.status();
   recorded_ = *std::move(recorded);
   graph::RecordedGraph& g = *recorded_;

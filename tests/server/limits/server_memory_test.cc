@@ -159,6 +159,24 @@ TEST(ServerMemoryTest, ATensorTheResponseHandsOverIsChargedOnce) {
   EXPECT_EQ(response->calls(0).gradients(0).value().data().size(), size_t{4} << 20);
 }
 
+TEST(ServerMemoryTest, TheLeavesCountAgainstTheRequestsBudget) {
+  TestServer server(Budget24MiB());
+  // x (16 MiB) and y = 2x (16 MiB): each fits the request's 24 MiB, both together do not.
+  RequestBuilder b;
+  b.Leaf("x", HostTensor::Float32(std::vector<float>(4 << 20, 1.0f), {4 << 20}),
+         /*requires_grad=*/true);
+  b.Op("mul", {"x"}, {"y"}, {{"other", client::FloatAttr(2)}}).Op("sum", {"y"}, {"loss"});
+  b.Grad({"loss"}, {"x"});
+  client::CallOptions options;
+  options.timeout = absl::Seconds(60);
+  const absl::StatusOr<v1::GradResponse> response =
+      server.client().ComputeGradients(b.request(), options);
+  ASSERT_FALSE(response.ok()) << "the leaf was not counted";
+  EXPECT_EQ(response.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(response.status().message(), HasSubstr("op #0 (mul -> 'y')"));
+  EXPECT_THAT(response.status().message(), HasSubstr("request memory limit"));
+}
+
 TEST(ServerMemoryTest, CompressedRequestsCanBeRefused) {
   for (bool accept : {true, false}) {
     server::ServerOptions options = TestOptions();
