@@ -75,7 +75,7 @@ absl::StatusOr<std::unique_ptr<const ValueSlots>> ValidateExtension(const Graph&
 // value an op computes (ValueSlots::last_reads), and Record, given the names that a one-shot
 // request's calls and return values use (keep_only), drops every other computed value after
 // the op that reads it last, once the request's budget holds 1 MiB (below that the memory is
-// no matter, and a ten-op request would pay about 1k instructions for it; its values go with
+// no matter, and a ten-op request would pay about 1.4k instructions for it; its values go with
 // the graph, as before). A leaf is never dropped. Dropping is a reference gone, no more: a
 // Node that saved the tensor, or a view of it, keeps its bytes. A graph that a session holds
 // keeps every value (its later calls and extensions may name any), and so does a graph that

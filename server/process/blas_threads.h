@@ -37,7 +37,7 @@
 // cycles, about 0.1 ms: long enough to span the gap between the products of one backward pass,
 // short enough that a finished pass leaves nothing spinning), by the same re-execution that
 // sets the thread count. Measured on the 2-CPU host (docs/benchmarks.md): an mlp request cost
-// 24% less server CPU and the load tool's mlp rate rose 13%.
+// 22% less server CPU and the load tool's mlp rate rose 8-10%.
 //
 // Thread safety: call from main before any thread of the server's own starts (setenv).
 

@@ -140,15 +140,13 @@ absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const gra
   if (chunked != nullptr) chunked->Clear();
   if (!converted.ok()) return converted.status();
   // Note [Values freed after their last use]: a graph no later call reads keeps only what
-  // this request's calls and return values name.
+  // this request's calls and return values name. (A gradient destination names one of its
+  // call's inputs, or a leaf when the call lists none: FindDestinations.)
   std::vector<absl::string_view> keep_only;
   if (!held) {
     for (const graph::BackwardCall& call : converted->calls) {
       keep_only.insert(keep_only.end(), call.roots.begin(), call.roots.end());
       keep_only.insert(keep_only.end(), call.inputs.begin(), call.inputs.end());
-    }
-    for (const Destinations& call : converted->destinations) {
-      for (const auto& [name, destination] : call) keep_only.push_back(name);
     }
     keep_only.insert(keep_only.end(), request.return_values().begin(),
                      request.return_values().end());

@@ -920,6 +920,7 @@ absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const gr
 
 int64_t ToProtoNewBytes(const Tensor& tensor, const ChunkedResponse* deferred) {
   if (!tensor.defined()) return 0;
+  // ToProto's host is tensor itself exactly when it is a contiguous CPU tensor.
   const bool taken_as_is = deferred != nullptr && tensor.device().is_cpu() &&
                            tensor.is_contiguous() && ChunkedResponse::Defers(tensor.nbytes());
   return taken_as_is ? 0 : static_cast<int64_t>(tensor.nbytes());
