@@ -1,5 +1,6 @@
 #include "engine/kernels/basic_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -140,6 +141,23 @@ void CopyInto(const Tensor& dst, const Tensor& src) {
     WorkMeter meter;
     ForEachBlock(dst.numel(), meter, [&](int64_t begin, int64_t end) {
       std::memcpy(to + begin * element, from + begin * element, (end - begin) * element);
+    });
+    return;
+  }
+  if (src.repeats_one_value() && dst.is_contiguous()) {
+    // Note [A gradient of one value]: packing a tensor of one value is a fill, shared out like
+    // a map; the value is read before the fill, which may write over it.
+    DispatchStorage(dst.dtype(), [&](auto dtag) {
+      using D = decltype(dtag);
+      DispatchStorage(src.dtype(), [&](auto stag) {
+        using S = decltype(stag);
+        const D value = Convert<D>(*src.data<S>());
+        D* const out = dst.data<D>();
+        WorkMeter meter;
+        ForEachBlockShared(dst.numel(), meter, [&](int64_t begin, int64_t end) {
+          std::fill(out + begin, out + end, value);
+        });
+      });
     });
     return;
   }

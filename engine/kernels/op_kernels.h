@@ -32,6 +32,7 @@
 #ifndef GRADSERVE_ENGINE_KERNELS_OP_KERNELS_H_
 #define GRADSERVE_ENGINE_KERNELS_OP_KERNELS_H_
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -233,7 +234,15 @@ void MapKernelImpl(const Tensor& out, Fn& fn, std::index_sequence<I...>, TensorR
         OutT* const row = o + off[0];
         const std::tuple<const InTs*...> rows{std::get<I>(in) + off[I + 1]...};
         // A long row (a broadcast operand's, as a sum's gradient) is shared too.
-        if (step[0] == 1 && ((step[I + 1] == 1) && ...)) {
+        if (step[0] == 1 && ((step[I + 1] == 0) && ...)) {
+          // Every input holds one value along the row (a sum's gradient, expanded): fn runs
+          // once and the row is filled, at the speed of a store where the strided loop below
+          // reread the one value for each element.
+          const OutT value = fn(std::get<I>(rows)[0]...);
+          ForEachBlockShared(count, meter, [&](int64_t begin, int64_t end) {
+            std::fill(row + begin, row + end, value);
+          });
+        } else if (step[0] == 1 && ((step[I + 1] == 1) && ...)) {
           ForEachBlockShared(count, meter, [&](int64_t begin, int64_t end) {
             for (int64_t j = begin; j < end; ++j) row[j] = fn(std::get<I>(rows)[j]...);
           });

@@ -15,6 +15,21 @@ namespace {
 // Expanded gradients of at most this many elements are copied out (SumOverBackward).
 constexpr int64_t kMaterializeElements = 4096;
 
+// Note [A gradient of one value]
+// The gradient of a sum over every dim is one value expanded to the input's shape: every stride
+// 0, as PyTorch's expand gives (SumOverBackward below). What comes after keeps it one value
+// for as long as it can, where each step wrote out a full tensor before:
+//  - a fused backward formula whose operands all repeat one value (FusedGrad in elementwise.cc:
+//    the gradient of `x * 2` from a sum) computes that value once and hands on the same
+//    expanded shape; PyTorch's writes a full tensor there;
+//  - a map whose inputs all hold one value along a row fills the row (MapKernel), and packing
+//    such a tensor (contiguous(), CopyInto) is a fill;
+//  - so is writing it into a client's shared-memory range (ToSharedMemory in server/wire).
+// Each element is fn of the same value, so the bits are those of the full computation. The
+// gradient of `sum(x * 2)` over 16M floats, written into shared memory, went from one strided
+// pass, one packed tensor and one 64 MiB copy to one 64 MiB fill: the call from 11 to 8 ms on
+// the 2-CPU VM (docs/benchmarks.md).
+//
 // Backward of SumOver: the gradient is repeated over the summed dims. PyTorch returns the
 // expanded view; a small one is copied out into a contiguous tensor instead (same values), so
 // the fused kernels downstream take their contiguous loop and may reuse its buffer

@@ -167,11 +167,19 @@ Tensor MapSameDTypeInto(const Tensor* into, const char* op, absl::Span<const int
   return *into;
 }
 
+// The single element of a tensor that repeats one value, as a 0-d view.
+Tensor OneValue(const Tensor& t) { return t.AsStrided({}, {}, t.storage_offset()); }
+
 // The fused backward loops: same-shape floating operands. The result is written over grad when
 // nothing else holds it (Note [Reusing the gradient's buffer]); each element is read before it
 // is written, at the same index.
 template <typename Fn, typename... Ts>
 Tensor FusedGrad(const Fn& fn, const Tensor& grad, const Ts&... saved) {
+  if (grad.repeats_one_value() && (saved.repeats_one_value() && ...)) {
+    // Note [A gradient of one value]: fn of one value is one value, expanded as grad was.
+    const Tensor one = MapSameDType<true>({}, fn, OneValue(grad), OneValue(saved)...);
+    return one.AsStrided(grad.shape(), Strides(grad.shape().size(), 0), 0);
+  }
   if (!OwnedExclusively(grad)) return MapSameDType<true>(grad.shape(), fn, grad, saved...);
   if (IsHalfFloating(grad.dtype())) {
     DispatchHalf(grad.dtype(), [&](auto tag) {

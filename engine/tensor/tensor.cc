@@ -153,6 +153,14 @@ Tensor Tensor::To(Device new_device) const {
   return out;
 }
 
+bool Tensor::repeats_one_value() const {
+  if (numel() < 2) return false;
+  for (size_t d = 0; d < impl_->shape.size(); ++d) {
+    if (impl_->shape[d] != 1 && impl_->strides[d] != 0) return false;
+  }
+  return true;
+}
+
 Tensor Tensor::AsStrided(absl::Span<const int64_t> new_shape, absl::Span<const int64_t> new_strides,
                          int64_t new_offset) const {
   GS_CHECK_INTERNAL(new_shape.size() == new_strides.size(), "AsStrided rank mismatch");

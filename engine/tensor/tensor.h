@@ -93,6 +93,9 @@ class Tensor {
   size_t nbytes() const { return static_cast<size_t>(numel()) * ElementSize(dtype()); }
   int64_t storage_offset() const { return impl_->storage_offset; }
   bool is_contiguous() const { return impl_->contiguous; }
+  // Whether the tensor has two or more elements, all one element of its storage: every dim
+  // longer than 1 has stride 0 (a scalar expanded, as a sum's gradient is).
+  bool repeats_one_value() const;
   // PyTorch's _version: how many in-place writes this tensor's elements have had, counted on
   // the storage its views and aliases share (Note [Version counter]).
   uint32_t version() const { return impl_->storage->version(); }

@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace gradserve::server {
 namespace {
 
@@ -54,12 +56,12 @@ void InstallHandler() {
 constexpr size_t kSplitBytes = size_t{8} << 20;
 constexpr size_t kMaxCopyThreads = 4;
 
-}  // namespace
-
-absl::Status GuardedCopy(void* dst, const void* src, size_t n) {
+// Runs body() with a SIGBUS on its thread turned into DATA_LOSS (Note [A region shrunk under
+// the server]). body must hold nothing that needs unwinding: the jump skips its destructors.
+template <typename Body>
+absl::Status RunGuarded(const Body& body) {
   static std::once_flag installed;
   std::call_once(installed, InstallHandler);
-  if (n == 0) return absl::OkStatus();
   sigjmp_buf jump;
   // savemask 1: the jump restores the signal mask, whatever the handler's entry changed.
   if (sigsetjmp(jump, 1) != 0) {
@@ -67,40 +69,78 @@ absl::Status GuardedCopy(void* dst, const void* src, size_t n) {
         "the shared-memory object shrank during the copy (a page of the range is gone)");
   }
   current_copy = &jump;
-  std::memcpy(dst, src, n);
+  body();
   current_copy = nullptr;
   return absl::OkStatus();
 }
 
-absl::Status SplitGuardedCopy(void* dst, const void* src, size_t n) {
+// piece(begin, end) over [0, n), cut as Note [Copies split over threads] says into pieces of
+// whole 4 KiB pages, the last taking the rest; the first error of a piece, in piece order.
+template <typename Piece>
+absl::Status SplitOverThreads(size_t n, const Piece& piece_fn) {
   const size_t cpus = std::max<size_t>(1, std::thread::hardware_concurrency());
   const size_t pieces =
       std::min({cpus, kMaxCopyThreads, std::max<size_t>(1, n / (kSplitBytes / 2))});
-  if (n < kSplitBytes || pieces == 1) return GuardedCopy(dst, src, n);
-  // Pieces of whole 4 KiB pages, the last taking the rest.
+  if (n < kSplitBytes || pieces == 1) return piece_fn(size_t{0}, n);
   const size_t piece = (n / pieces) & ~size_t{4095};
   std::vector<absl::Status> results(pieces);
-  auto copy = [&results, piece, pieces, n, out = static_cast<char*>(dst),
-               in = static_cast<const char*>(src)](size_t i) {
-    const size_t begin = i * piece;
-    results[i] = GuardedCopy(out + begin, in + begin, i + 1 < pieces ? piece : n - begin);
+  auto run = [&](size_t i) {
+    results[i] = piece_fn(i * piece, i + 1 < pieces ? (i + 1) * piece : n);
   };
   std::vector<std::thread> threads;
   threads.reserve(pieces - 1);
   size_t started = 0;  // pieces 0..started-1 run on threads of their own
   for (; started + 1 < pieces; ++started) {
     try {
-      threads.emplace_back(copy, started);
+      threads.emplace_back(run, started);
     } catch (const std::system_error&) {
       break;  // no thread to be had: this thread copies the rest
     }
   }
-  for (size_t i = started; i < pieces; ++i) copy(i);
+  for (size_t i = started; i < pieces; ++i) run(i);
   for (std::thread& t : threads) t.join();
   for (const absl::Status& s : results) {
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+// The bytes a fill copies from at a time: one element repeated, small enough to stay in the
+// first-level cache while the fill streams its copies out.
+constexpr size_t kFillBlockBytes = 4096;
+
+}  // namespace
+
+absl::Status GuardedCopy(void* dst, const void* src, size_t n) {
+  if (n == 0) return absl::OkStatus();
+  return RunGuarded([&] { std::memcpy(dst, src, n); });
+}
+
+absl::Status SplitGuardedCopy(void* dst, const void* src, size_t n) {
+  return SplitOverThreads(n, [out = static_cast<char*>(dst), in = static_cast<const char*>(src)](
+                                 size_t begin, size_t end) {
+    return GuardedCopy(out + begin, in + begin, end - begin);
+  });
+}
+
+absl::Status SplitGuardedFill(void* dst, const void* element, size_t element_size, size_t n) {
+  if (element_size == 0 || kFillBlockBytes % element_size != 0 || n % element_size != 0) {
+    return absl::InternalError(
+        absl::StrCat("GuardedFill: ", n, " bytes of ", element_size, "-byte elements"));
+  }
+  alignas(64) char block[kFillBlockBytes];
+  for (size_t i = 0; i < kFillBlockBytes; i += element_size) {
+    std::memcpy(block + i, element, element_size);
+  }
+  // The pieces start at multiples of 4 KiB, and so of element_size: each starts on an element.
+  return SplitOverThreads(n, [&block, out = static_cast<char*>(dst)](size_t begin, size_t end) {
+    if (begin == end) return absl::OkStatus();
+    return RunGuarded([&] {
+      for (size_t at = begin; at < end; at += kFillBlockBytes) {
+        std::memcpy(out + at, block, std::min(kFillBlockBytes, end - at));
+      }
+    });
+  });
 }
 
 }  // namespace gradserve::server

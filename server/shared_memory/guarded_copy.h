@@ -46,6 +46,12 @@ absl::Status GuardedCopy(void* dst, const void* src, size_t n);
 // GuardedCopy, with a big copy split over threads (Note [Copies split over threads]).
 absl::Status SplitGuardedCopy(void* dst, const void* src, size_t n);
 
+// Writes the element_size bytes at element over the n bytes at dst, repeated, split over
+// threads as SplitGuardedCopy is: the bytes of a tensor that holds one value (a sum's gradient,
+// expanded) written out without a packed copy of it first. element_size must divide 4096 (1, 2,
+// 4 or 8) and n; INTERNAL otherwise. DATA_LOSS as GuardedCopy.
+absl::Status SplitGuardedFill(void* dst, const void* element, size_t element_size, size_t n);
+
 }  // namespace gradserve::server
 
 #endif  // GRADSERVE_SERVER_SHARED_MEMORY_GUARDED_COPY_H_

@@ -140,12 +140,26 @@ absl::Status SharedMemoryRegion::Read(int64_t offset, int64_t size, void* dst,
 
 absl::Status SharedMemoryRegion::Write(int64_t offset, const void* src, int64_t size,
                                        absl::string_view what) const {
+  return WriteWith(offset, size, what, [&](char* dst) {
+    return SplitGuardedCopy(dst, src, static_cast<size_t>(size));
+  });
+}
+
+absl::Status SharedMemoryRegion::Fill(int64_t offset, const void* element, size_t element_size,
+                                      int64_t size, absl::string_view what) const {
+  return WriteWith(offset, size, what, [&](char* dst) {
+    return SplitGuardedFill(dst, element, element_size, static_cast<size_t>(size));
+  });
+}
+
+absl::Status SharedMemoryRegion::WriteWith(int64_t offset, int64_t size, absl::string_view what,
+                                           absl::FunctionRef<absl::Status(char* dst)> write) const {
   if (!writable_) {
     return absl::FailedPreconditionError(
         absl::StrCat(what, ": shared-memory region ", Quote(name_), " was registered read-only"));
   }
   if (absl::Status s = CheckNotShrunk(offset, size, what); !s.ok()) return s;
-  if (absl::Status s = SplitGuardedCopy(base_ + offset, src, static_cast<size_t>(size)); !s.ok()) {
+  if (absl::Status s = write(base_ + offset); !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": writing shared-memory region ", Quote(name_), ": ", s.message()));
   }

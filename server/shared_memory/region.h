@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -59,10 +60,18 @@ class SharedMemoryRegion {
   // client shrank the object under the range (Note [A region shrunk under the server]).
   absl::Status Read(int64_t offset, int64_t size, void* dst, absl::string_view what) const;
   absl::Status Write(int64_t offset, const void* src, int64_t size, absl::string_view what) const;
+  // Write, of the element_size bytes at element repeated over the range (SplitGuardedFill):
+  // INTERNAL unless element_size divides both 4096 and size.
+  absl::Status Fill(int64_t offset, const void* element, size_t element_size, int64_t size,
+                    absl::string_view what) const;
 
  private:
   SharedMemoryRegion(std::string name, std::string key, int fd, char* base, int64_t byte_size,
                      bool writable);
+
+  // Write's and Fill's checks around write(the range's first byte).
+  absl::Status WriteWith(int64_t offset, int64_t size, absl::string_view what,
+                         absl::FunctionRef<absl::Status(char* dst)> write) const;
 
   // INVALID_ARGUMENT when the object is now smaller than offset + size.
   absl::Status CheckNotShrunk(int64_t offset, int64_t size, absl::string_view what) const;

@@ -759,17 +759,20 @@ absl::StatusOr<Destinations> FindDestinations(const v1::BackwardCall& call, int 
 absl::Status ToSharedMemory(const Tensor& tensor, const GradientDestination& destination,
                             absl::string_view what, v1::Tensor* out) {
   if (!tensor.defined()) return absl::OkStatus();
-  Tensor host = (tensor.device().is_cpu() ? tensor : tensor.To(kCPU)).contiguous();
+  Tensor host = tensor.device().is_cpu() ? tensor : tensor.To(kCPU);
   if (static_cast<int64_t>(host.nbytes()) != destination.byte_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": the gradient is ", DTypeName(host.dtype()), ShapeToString(host.shape()), ", ",
         host.nbytes(), " bytes, but its destination range has ", destination.byte_size));
   }
-  if (absl::Status s = destination.region->Write(destination.offset, host.raw_data(),
-                                                 destination.byte_size, what);
-      !s.ok()) {
-    return s;
-  }
+  // A gradient of one value (a sum's, expanded) is written as a fill, with no packed copy.
+  const absl::Status written =
+      host.repeats_one_value()
+          ? destination.region->Fill(destination.offset, host.raw_data(), ElementSize(host.dtype()),
+                                     destination.byte_size, what)
+          : destination.region->Write(destination.offset, host.contiguous().raw_data(),
+                                      destination.byte_size, what);
+  if (!written.ok()) return written;
   out->set_dtype(ToProto(tensor.dtype()));
   out->mutable_shape()->Assign(tensor.shape().begin(), tensor.shape().end());
   out->set_device(DeviceName(tensor.device()));

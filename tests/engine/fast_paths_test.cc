@@ -7,11 +7,14 @@
 //  - Note [Small storage inline] (tensor/storage.h): small host tensors keep their bytes in the
 //    Storage object.
 //  - SumOverBackward copies a small expanded gradient out (ops/broadcast.cc).
+//  - Note [A gradient of one value] (ops/broadcast.cc): a gradient of one value stays one value.
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/autograd/autograd.h"
@@ -152,6 +155,65 @@ TEST(SumBackwardTest, SmallExpandedGradientsAreContiguousLargeOnesStayViews) {
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_FALSE((*g)[0].is_contiguous());  // PyTorch's expanded view
   EXPECT_THAT(Floats((*g)[0]), ::testing::Each(1.0f));
+}
+
+TEST(OneValueGradientTest, FormulasOfOneValueKeepItExpandedWithTheSameValues) {
+  // Note [A gradient of one value]: sum's gradient, scaled twice, is still one value.
+  std::vector<float> values(8192);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.001f * static_cast<float>(i);
+  Tensor x = FloatLeaf(values);
+  absl::StatusOr<TensorList> g =
+      autograd::Grad({ops::sum(ops::mul(ops::mul(x, 3.0), 0.5))}, {Tensor()}, {x}, {});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE((*g)[0].repeats_one_value());
+  EXPECT_EQ((*g)[0].storage()->nbytes(), sizeof(float));
+  EXPECT_THAT(Floats((*g)[0]), ::testing::Each(1.5f));
+  // A formula that reads a full tensor writes a full one.
+  g = autograd::Grad({ops::sum(ops::mul(x, x))}, {Tensor()}, {x}, {});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE((*g)[0].is_contiguous());
+  std::vector<float> expected;
+  for (float v : values) expected.push_back(2 * v);
+  EXPECT_THAT(Floats((*g)[0]), Pointwise(DoubleNear(1e-6), expected));
+  // backward() into x.grad packs the one value (a fill), as PyTorch's layout contract asks.
+  ASSERT_TRUE(autograd::Backward({ops::sum(ops::mul(x, -2.0))}, {Tensor()}, {}, {}).ok());
+  EXPECT_TRUE(x.grad().is_contiguous());
+  EXPECT_THAT(Floats(x.grad()), ::testing::Each(-2.0f));
+}
+
+TEST(OneValueGradientTest, MapsAndCopiesOfRowsOfOneValueFillThem) {
+  // [3, 5000] from [3, 1]: each row one value, the rows different.
+  const Tensor column = Tensor::FromVector<float>({1, 2, 3}, {3, 1});
+  const Tensor rows = column.AsStrided({3, 5000}, {1, 0}, 0);
+  const Tensor halves = Tensor::Full({3, 5000}, 0.5, DType::kFloat32);
+  // (tensor, what row r's elements must be)
+  const std::vector<std::pair<Tensor, std::function<float(int)>>> cases = {
+      {rows.contiguous(), [](int r) { return r + 1.0f; }},
+      {ops::mul(rows, 2.0), [](int r) { return 2 * (r + 1.0f); }},
+      {ops::add(rows, rows), [](int r) { return 2 * (r + 1.0f); }},
+      {ops::add(rows, halves), [](int r) { return r + 1.5f; }},
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const Tensor& y = cases[k].first;
+    ASSERT_TRUE(y.is_contiguous()) << k;
+    ASSERT_EQ(y.numel(), 15000) << k;
+    for (int r = 0; r < 3; ++r) {
+      const float* row = y.data<float>() + r * 5000;
+      EXPECT_THAT(std::vector<float>(row, row + 5000), ::testing::Each(cases[k].second(r)))
+          << "case " << k << " row " << r;
+    }
+  }
+  // Packing converts the one value exactly: an int64 past float64's 53 bits, and to float64.
+  const int64_t big = (int64_t{1} << 53) + 1;
+  const Tensor ints = Tensor::FromVector<int64_t>({big}, {1}).AsStrided({10000}, {0}, 0);
+  ASSERT_TRUE(ints.repeats_one_value());
+  const Tensor packed = ints.contiguous();
+  EXPECT_THAT(std::vector<int64_t>(packed.data<int64_t>(), packed.data<int64_t>() + 10000),
+              ::testing::Each(big));
+  const Tensor doubles =
+      Tensor::FromVector<float>({0.1f}, {1}).AsStrided({10000}, {0}, 0).To(DType::kFloat64);
+  EXPECT_THAT(std::vector<double>(doubles.data<double>(), doubles.data<double>() + 10000),
+              ::testing::Each(static_cast<double>(0.1f)));
 }
 
 TEST(SmallStorageTest, SmallHostBytesLiveInTheStorageAndCountInTheBudget) {

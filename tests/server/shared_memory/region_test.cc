@@ -95,6 +95,38 @@ TEST(GuardedCopyTest, ASplitCopyIsWholeAndEachThreadsFaultIsCaught) {
   munmap(base, size);
 }
 
+TEST(GuardedCopyTest, AFillRepeatsItsElementWholeAndItsFaultsAreCaught) {
+  const int64_t size = int64_t{40} << 20;  // split over threads, as the copy
+  Object object(size);
+  char* base =
+      static_cast<char*>(mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, object.fd(), 0));
+  ASSERT_NE(base, MAP_FAILED);
+  const unsigned char element[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  for (size_t width : {1, 2, 4, 8}) {
+    // The whole object, then a short range within it that leaves its neighbours as they are.
+    ASSERT_TRUE(server::SplitGuardedFill(base, element, width, size).ok()) << width;
+    bool whole = true;
+    for (int64_t i = 0; i < size && whole; ++i) {
+      whole = static_cast<unsigned char>(base[i]) == element[i % width];
+    }
+    EXPECT_TRUE(whole) << width;
+    std::memset(base, 0, 64);
+    ASSERT_TRUE(server::SplitGuardedFill(base + 8, element + 1, width, 5 * 8).ok());
+    EXPECT_EQ(base[7], 0);
+    EXPECT_EQ(base[8], element[1]);
+    EXPECT_EQ(base[8 + 5 * 8 - 1], element[1 + (width - 1)]);
+    EXPECT_EQ(base[8 + 5 * 8], 0);
+  }
+  // Elements that do not tile the bytes or a page are refused, nothing written.
+  EXPECT_EQ(server::SplitGuardedFill(base, element, 3, 12).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(server::SplitGuardedFill(base, element, 4, 10).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(server::SplitGuardedFill(base, element, 0, 0).code(), absl::StatusCode::kInternal);
+  object.Resize(4096);
+  EXPECT_EQ(server::SplitGuardedFill(base, element, 4, size).code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(server::SplitGuardedFill(base, element, 4, 4096).ok());
+  munmap(base, size);
+}
+
 TEST(RegionTest, KeysMustBeSharedMemoryNamesWithinThePrefix) {
   EXPECT_TRUE(server::CheckSharedMemoryKey("/gradserve_a", "/gradserve").ok());
   for (const char* bad :
@@ -150,7 +182,11 @@ TEST(RegionTest, RangesOutsideTheRegionAndShrunkObjectsAreInvalidArgument) {
   EXPECT_EQ(shrunk.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(shrunk.message().find("now has 16"), std::string::npos) << shrunk;
   EXPECT_EQ(r.Write(8, buffer, 32, "gradient").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.Fill(8, "abcd", 4, 32, "gradient").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(r.Read(0, 16, buffer, "leaf").ok());  // what is left is still there
+  EXPECT_TRUE(r.Fill(4, "xy", 2, 8, "gradient").ok());
+  EXPECT_TRUE(r.Read(0, 16, buffer, "leaf").ok());
+  EXPECT_EQ(std::string(buffer, 16), std::string("abcdxyxyxyxy", 12) + std::string(4, '\0'));
 }
 
 TEST(RegionTest, AReadOnlyRegionIsNeverWritten) {
@@ -159,6 +195,8 @@ TEST(RegionTest, AReadOnlyRegionIsNeverWritten) {
       SharedMemoryRegion::Open("in", object.key(), kPrefix, 16, /*writable=*/false);
   ASSERT_TRUE(region.ok()) << region.status();
   EXPECT_EQ((*region)->Write(0, "abcd", 4, "gradient").code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*region)->Fill(0, "abcd", 4, 16, "gradient").code(),
             absl::StatusCode::kFailedPrecondition);
 }
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "engine/tensor/memory_budget.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/service/grad_server.h"
 #include "tests/server/security/test_pki.h"
@@ -173,6 +175,48 @@ TEST_F(SharedMemoryTest, LeavesAndGradientsThroughARegionMatchTheInlineRequest) 
   EXPECT_TRUE(server_.client().UnregisterSharedMemory("out").ok());
   EXPECT_EQ(server_.server().service().memory()->used(), held - 4 * kBytes);
   EXPECT_EQ(server_.client().UnregisterSharedMemory("out").code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SharedMemoryTest, AGradientOfOneValueFillsItsRangeAsInline) {
+  // loss = sum(x * 3): x's gradient is one value, 3, expanded (Note [A gradient of one value]),
+  // written into the range as a fill; it must equal the inline request's, every element.
+  constexpr int n = 3 * kN;
+  RequestBuilder b;
+  b.Leaf("x", HostTensor::Float32(Ramp(n, 0.25f), {n}), /*requires_grad=*/true)
+      .Op("mul", {"x"}, {"y"}, {{"other", client::FloatAttr(3)}})
+      .Op("sum", {"y"}, {"loss"});
+  b.Grad({"loss"}, {"x"});
+  absl::StatusOr<client::GradResult> inline_result = server_.client().Grad(b.request());
+  ASSERT_TRUE(inline_result.ok()) << inline_result.status();
+  const HostTensor& expected = *inline_result->calls[0].gradients[0].value;
+
+  // A wider region, filled with -1 first: the fill writes its range and nothing past it.
+  auto out = Region("out", (n + 2) * 4, /*writable=*/true);
+  ASSERT_TRUE(out);
+  ASSERT_TRUE(out->Put("out", 0, HostTensor::Float32(std::vector<float>(n + 2, -1), {n + 2})).ok());
+  v1::GradRequest request = b.request();
+  (*request.mutable_calls(0)->mutable_gradient_destinations())["x"] =
+      SharedMemory::Range("out", 4, n * 4);
+  absl::StatusOr<client::GradResult> result = server_.client().Grad(request);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const client::Gradient& g = result->calls[0].gradients[0];
+  ASSERT_TRUE(g.in_shared_memory.has_value());
+  absl::StatusOr<HostTensor> got = out->Get(*g.in_shared_memory);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->data, expected.data);
+  std::vector<float> all(n + 2);
+  absl::StatusOr<HostTensor> whole = out->Get([&] {
+    v1::Tensor t;
+    t.set_dtype(v1::DTYPE_FLOAT32);
+    t.add_shape(n + 2);
+    *t.mutable_shared_memory() = SharedMemory::Range("out", 0, (n + 2) * 4);
+    return t;
+  }());
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  std::memcpy(all.data(), whole->data.data(), all.size() * 4);
+  EXPECT_EQ(all.front(), -1);
+  EXPECT_EQ(all.back(), -1);
+  EXPECT_THAT(std::vector<float>(all.begin() + 1, all.end() - 1), ::testing::Each(3.0f));
 }
 
 TEST_F(SharedMemoryTest, SessionsTakeRegionsForLeavesSeedsAndGradients) {
