@@ -24,7 +24,9 @@ constexpr int64_t kMaterializeElements = 4096;
 //    expanded shape; PyTorch's writes a full tensor there;
 //  - a map whose inputs all hold one value along a row fills the row (MapKernel), and packing
 //    such a tensor (contiguous(), CopyInto) is a fill;
-//  - so is writing it into a client's shared-memory range (ToSharedMemory in server/wire).
+//  - so is writing it into a client's shared-memory range (ToSharedMemory in server/wire), and
+//    a response carries its bytes as slices of one small block of the value (ChunkedResponse),
+//    never packed: the kernel's send reads the block from cache again and again.
 // Each element is fn of the same value, so the bits are those of the full computation. The
 // gradient of `sum(x * 2)` over 16M floats, written into shared memory, went from one strided
 // pass, one packed tensor and one 64 MiB copy to one 64 MiB fill: the call from 11 to 8 ms on

@@ -316,12 +316,34 @@ class SliceWriter {
   void TensorBytes(const Tensor& t) {
     if (t.nbytes() == 0) return;
     Flush();
+    if (t.repeats_one_value()) {
+      RepeatedBytes(t);
+      return;
+    }
     auto* owner = new Tensor(t);
     slices_->emplace_back(owner->raw_data(), owner->nbytes(), &Release, owner);
   }
 
  private:
   static void Release(void* owner) { delete static_cast<Tensor*>(owner); }
+  static void ReleaseBlock(void* owner) {
+    delete static_cast<std::shared_ptr<std::string>*>(owner);
+  }
+
+  // t's bytes as slices over one block of its value repeated, each slice holding the block.
+  void RepeatedBytes(const Tensor& t) {
+    const size_t element = ElementSize(t.dtype());
+    const size_t total = t.nbytes();
+    auto block = std::make_shared<std::string>(ChunkedResponse::RepeatedBlockBytes(total), '\0');
+    for (size_t at = 0; at < block->size(); at += element) {
+      std::memcpy(block->data() + at, t.raw_data(), element);
+    }
+    for (size_t at = 0; at < total; at += block->size()) {
+      auto* owner = new std::shared_ptr<std::string>(block);
+      slices_->emplace_back(block->data(), std::min(block->size(), total - at), &ReleaseBlock,
+                            owner);
+    }
+  }
 
   void Flush() {
     if (pending_.empty()) return;

@@ -46,6 +46,7 @@
 #ifndef GRADSERVE_SERVER_WIRE_CHUNKED_REQUEST_H_
 #define GRADSERVE_SERVER_WIRE_CHUNKED_REQUEST_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -129,8 +130,13 @@ class ChunkedResponse {
   static bool Defers(size_t nbytes) { return nbytes >= ChunkedRequest::kMinExternalBytes; }
 
   // Marks *out (whose dtype, shape and device are set, its contents not) as standing for the
-  // bytes of host, a contiguous CPU tensor, which is kept until Clear.
+  // bytes of host, a CPU tensor that is contiguous or repeats one value, kept until Clear.
   void Defer(Tensor host, v1::Tensor* out);
+
+  // The bytes serializing a deferred tensor of nbytes that repeats one value makes: one block
+  // of the value repeated, which every slice of its bytes points into (Note [A gradient of one
+  // value] in engine/ops/broadcast.cc).
+  static size_t RepeatedBlockBytes(size_t nbytes) { return std::min(nbytes, kRepeatedBlockBytes); }
 
   // The size of response serialized with the deferred bytes in place.
   size_t SerializedSize(const v1::GradResponse& response) const;
@@ -138,7 +144,8 @@ class ChunkedResponse {
   // Serializes response, with the deferred bytes in place, into *slices (cleared first): the
   // bytes around the deferred tensors copied into slices, each deferred tensor's bytes a slice
   // over the tensor's memory, which the slice keeps alive until gRPC is done with it: no copy
-  // (Note [Unary tensor bytes taken]). False if it would be larger than 2 GiB.
+  // (Note [Unary tensor bytes taken]); a tensor of one value, slices over one block of it
+  // (RepeatedBlockBytes). False if it would be larger than 2 GiB.
   bool SerializeToSlices(const v1::GradResponse& response, std::vector<grpc::Slice>* slices) const;
 
   // Whether a tensor is deferred.
@@ -150,6 +157,10 @@ class ChunkedResponse {
   void Clear() { std::vector<Tensor>().swap(tensors_); }
 
  private:
+  // Small enough to stay in a CPU's second-level cache while the kernel copies it out again
+  // and again; large enough that a 64 MiB tensor is 256 slices.
+  static constexpr size_t kRepeatedBlockBytes = size_t{256} << 10;
+
   std::vector<Tensor> tensors_;
 };
 

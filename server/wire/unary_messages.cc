@@ -11,9 +11,9 @@
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "grpcpp/support/slice.h"
+#include "proto/wire_format.h"
 #include "server/base/per_thread.h"
 #include "server/wire/malformed_request.h"
-#include "proto/wire_format.h"
 
 namespace gradserve::server {
 namespace {

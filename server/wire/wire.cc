@@ -923,10 +923,15 @@ absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const gr
 
 int64_t ToProtoNewBytes(const Tensor& tensor, const ChunkedResponse* deferred) {
   if (!tensor.defined()) return 0;
-  // ToProto's host is tensor itself exactly when it is a contiguous CPU tensor.
-  const bool taken_as_is = deferred != nullptr && tensor.device().is_cpu() &&
-                           tensor.is_contiguous() && ChunkedResponse::Defers(tensor.nbytes());
-  return taken_as_is ? 0 : static_cast<int64_t>(tensor.nbytes());
+  // ToProto's cases: a CPU tensor deferred is taken as it is when contiguous, and written from
+  // one block when it repeats one value; anything else is packed or copied whole.
+  if (deferred != nullptr && tensor.device().is_cpu() && ChunkedResponse::Defers(tensor.nbytes())) {
+    if (tensor.is_contiguous()) return 0;
+    if (tensor.repeats_one_value()) {
+      return static_cast<int64_t>(ChunkedResponse::RepeatedBlockBytes(tensor.nbytes()));
+    }
+  }
+  return static_cast<int64_t>(tensor.nbytes());
 }
 
 void ToProto(const Tensor& tensor, v1::Tensor* out, ChunkedResponse* deferred) {
@@ -934,11 +939,14 @@ void ToProto(const Tensor& tensor, v1::Tensor* out, ChunkedResponse* deferred) {
   out->set_dtype(ToProto(tensor.dtype()));
   out->mutable_shape()->Assign(tensor.shape().begin(), tensor.shape().end());
   out->set_device(DeviceName(tensor.device()));
-  Tensor host = (tensor.device().is_cpu() ? tensor : tensor.To(kCPU)).contiguous();
+  Tensor host = tensor.device().is_cpu() ? tensor : tensor.To(kCPU);
   if (deferred != nullptr && ChunkedResponse::Defers(host.nbytes())) {
-    deferred->Defer(std::move(host), out);
+    // A tensor of one value stays so: its bytes are slices of one block (Note [A gradient of
+    // one value]).
+    deferred->Defer(host.repeats_one_value() ? std::move(host) : host.contiguous(), out);
     return;
   }
+  host = host.contiguous();
   out->mutable_data()->assign(static_cast<const char*>(host.raw_data()), host.nbytes());
 }
 

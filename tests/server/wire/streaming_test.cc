@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -347,6 +348,70 @@ TEST(ChunkedResponseTest, SlicesCarryTheTensorsWithoutACopy) {
   ASSERT_TRUE(parsed.ParseFromString(joined));
   EXPECT_EQ(joined.size(), expected.ByteSizeLong());
   EXPECT_EQ(parsed.SerializeAsString(), expected.SerializeAsString());
+}
+
+TEST(ChunkedResponseTest, ATensorOfOneValueIsSlicesOfOneBlock) {
+  // Note [A gradient of one value]: 70001 doubles of 0.25, every stride 0; 560 008 bytes are
+  // two whole blocks and a part of one.
+  const int n = 70001;
+  const Tensor grad = Tensor::FromVector<double>({0.25}, {1}).AsStrided({n}, {0}, 0);
+  ASSERT_TRUE(grad.repeats_one_value());
+  const size_t block = server::ChunkedResponse::RepeatedBlockBytes(grad.nbytes());
+  EXPECT_EQ(block, size_t{256} << 10);
+  v1::GradResponse response;
+  auto deferred = std::make_unique<server::ChunkedResponse>();
+  // What the response makes: the block, where packing it made all of it.
+  EXPECT_EQ(server::ToProtoNewBytes(grad, deferred.get()), static_cast<int64_t>(block));
+  EXPECT_EQ(server::ToProtoNewBytes(grad, nullptr), static_cast<int64_t>(grad.nbytes()));
+  server::ToProto(grad, response.add_calls()->add_gradients()->mutable_value(), deferred.get());
+  EXPECT_EQ(deferred->DeferredBytes(), grad.nbytes());
+  v1::GradResponse expected = response;
+  v1::Tensor* expected_value = expected.mutable_calls(0)->mutable_gradients(0)->mutable_value();
+  expected_value->DiscardUnknownFields();
+  server::ToProto(grad, expected_value);  // packed
+
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(deferred->SerializeToSlices(response, &slices));
+  deferred.reset();
+  std::string joined;
+  std::set<const void*> block_starts;
+  size_t in_blocks = 0;
+  for (const grpc::Slice& slice : slices) {
+    if (slice.size() >= (size_t{16} << 10)) {
+      block_starts.insert(slice.begin());
+      in_blocks += slice.size();
+    }
+    joined.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  EXPECT_EQ(block_starts.size(), 1u) << "every slice of the tensor is the one block";
+  EXPECT_EQ(in_blocks, grad.nbytes());
+  v1::GradResponse parsed;
+  ASSERT_TRUE(parsed.ParseFromString(joined));
+  EXPECT_EQ(joined.size(), expected.ByteSizeLong());
+  EXPECT_TRUE(parsed.SerializeAsString() == expected.SerializeAsString());
+}
+
+// One value's gradient, streamed in small chunks and taken from a unary call: every element.
+TEST(StreamingTest, AGradientOfOneValueRoundTripsWhole) {
+  server::ServerOptions options = TestOptions();
+  options.chunk_bytes = 100003;
+  TestServer server(options);
+  const int n = 300007;  // 1.2 MB: four blocks and a part
+  RequestBuilder b;
+  b.Leaf("x", HostTensor::Float32(Ramp(n, 0.5f), {n}), true)
+      .Op("mul", {"x"}, {"y"}, {{"other", client::FloatAttr(3)}})
+      .Op("sum", {"y"}, {"loss"});
+  b.Grad({"loss"}, {"x"});
+  for (const auto transport :
+       {client::CallOptions::Transport::kUnary, client::CallOptions::Transport::kStream}) {
+    client::CallOptions call;
+    call.transport = transport;
+    absl::StatusOr<client::GradResult> r = server.client().Grad(b.request(), call);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const std::vector<double> g = r->calls[0].gradients[0].value->ToDoubles();
+    ASSERT_EQ(g.size(), static_cast<size_t>(n));
+    EXPECT_THAT(g, ::testing::Each(3.0));
+  }
 }
 
 // End to end over a unary call big enough to have its bytes taken (Note [Unary tensor bytes
