@@ -215,6 +215,43 @@ class SharedMemoryServerTest(unittest.TestCase):
         self.assertEqual(e.exception.code, grpc.StatusCode.NOT_FOUND)
         self.assertIn("out", e.exception.message)
 
+    def test_a_gradient_of_one_value_equals_pytorch_inline_and_in_shared_memory(self):
+        # sum(x * 3)'s gradient is one value expanded, and stays so until it is written out
+        # (Note [A gradient of one value]); two such gradients reaching x are added. Long enough
+        # that sum's gradient is not copied out (over 4096 elements).
+        n = 3 * N + 5
+        for dtype in (np.float32, np.float64):
+            x = ((np.arange(n) % 17 - 8) * 0.25).astype(dtype)
+            graphs = {
+                "one": lambda b: b.op("mul", ["x"], out="y", other=3.0).op("sum", ["y"], out="loss"),
+                "two": lambda b: (b.op("mul", ["x"], out="y", other=3.0).op("sum", ["y"], out="a")
+                                  .op("mul", ["x"], out="z", other=-0.5).op("sum", ["z"], out="b")
+                                  .op("add", ["a", "b"], out="loss")),
+            }
+            tx = torch.tensor(x, requires_grad=True)
+            expected = {
+                "one": torch.autograd.grad((tx * 3.0).sum(), tx)[0].numpy(),
+                "two": torch.autograd.grad((tx * 3.0).sum() + (tx * -0.5).sum(), tx)[0].numpy(),
+            }
+            dst = self.region(f"out_{np.dtype(dtype).name}", x.nbytes + 16, writable=True)
+            for name, build in graphs.items():
+                with self.subTest(dtype=np.dtype(dtype).name, graph=name):
+                    dst.buffer()[:x.nbytes + 16] = bytes([7]) * (x.nbytes + 16)
+                    inline = self.client.grad(
+                        build(GraphBuilder().leaf("x", x, requires_grad=True))
+                        .backward_call("loss", inputs=["x"]))
+                    np.testing.assert_array_equal(inline.calls[0]["x"], expected[name])
+                    region = f"out_{np.dtype(dtype).name}"
+                    result = self.client.grad(
+                        build(GraphBuilder().leaf("x", x, requires_grad=True))
+                        .backward_call("loss", inputs=["x"], gradient_destinations={
+                            "x": dst.range(region, 8, x.nbytes)}))
+                    got = dst.get(result.calls[0].in_shared_memory["x"])
+                    np.testing.assert_array_equal(got, expected[name])
+                    # Nothing outside the range was written.
+                    around = bytes(dst.buffer()[:8]) + bytes(dst.buffer()[8 + x.nbytes:])
+                    self.assertEqual(around, bytes([7]) * 16)
+
     def test_session_takes_leaves_seeds_and_destinations_in_shared_memory(self):
         buf = self.region("buf", 4 * NBYTES, writable=True)
         xs = buf.put("buf", 0, X)
