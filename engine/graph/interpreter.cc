@@ -21,6 +21,7 @@
 #include "engine/graph/grad_op.h"
 #include "engine/graph/graph_level_ops.h"
 #include "engine/graph/hooks.h"
+#include "engine/ops/elementwise.h"
 #include "engine/ops/inplace.h"
 #include "engine/ops/op_registry.h"
 #include "engine/util/mutex.h"
@@ -59,6 +60,8 @@ class Reads {
  public:
   explicit Reads(const ValueSlots& slots) : next_(slots.reads.data()) {}
   int64_t Next() { return *next_++; }
+  // What Next will return, not taken.
+  int64_t Peek() const { return *next_; }
 
  private:
   const int64_t* next_;
@@ -152,21 +155,35 @@ class ValueDropper {
       while (next_ != end && next_->first == i) ++next_;
       return;
     }
-    if (kept_.empty()) {
-      kept_.assign(static_cast<size_t>(slots_.num_values), false);
-      for (absl::string_view name : keep_only_) {
-        if (auto it = slots_.by_name.find(name); it != slots_.by_name.end()) {
-          kept_[static_cast<size_t>(it->second)] = true;
-        }
-      }
-    }
+    MarkKept();
     for (; next_ != end && next_->first == i; ++next_) {
       const auto slot = static_cast<size_t>(next_->second);
       if (!kept_[slot]) env[slot] = Tensor();
     }
   }
 
+  // Whether the value in slot is read last by op i, and not kept: AfterOp(i) drops it once the
+  // budget holds kDropAboveBytes. i is the next op to run or the one after it.
+  bool DropsAfter(int64_t i, int64_t slot) {
+    MarkKept();
+    if (kept_[static_cast<size_t>(slot)]) return false;
+    for (auto it = next_; it != slots_.last_reads.end() && it->first <= i; ++it) {
+      if (it->first == i && it->second == slot) return true;
+    }
+    return false;
+  }
+
  private:
+  void MarkKept() {
+    if (!kept_.empty()) return;
+    kept_.assign(static_cast<size_t>(slots_.num_values), false);
+    for (absl::string_view name : keep_only_) {
+      if (auto it = slots_.by_name.find(name); it != slots_.by_name.end()) {
+        kept_[static_cast<size_t>(it->second)] = true;
+      }
+    }
+  }
+
   const ValueSlots& slots_;
   const std::vector<absl::string_view>& keep_only_;
   const MemoryBudget& budget_;
@@ -327,6 +344,47 @@ int64_t RunOp(const Op& op, const ops::OpSchema& schema, int64_t index, const st
   return labeled;
 }
 
+// Runs ops i (a mul by a scalar) and i + 1 (the sum of all of its product) as one, with
+// ops::ScaledSum (Note [A scaled sum in one pass] in engine/ops/elementwise.h), when the
+// product is read by that sum alone, is not kept, and x is big enough for the dropper to
+// drop the product after the sum. Then takes both ops' reads, binds the sum in env from
+// first_output + 1 and leaves the product's slot undefined, as dropping it would; returns the
+// Nodes it labelled. Returns -1, having done nothing, when the pair does not qualify.
+int64_t RunScaledSum(const Graph& graph, size_t i, const std::shared_ptr<const OpLabeler>& labeler,
+                     Reads& reads, int64_t first_output, Env& env, ValueDropper& dropper) {
+  if (i + 1 >= graph.ops.size()) return -1;
+  const Op& mul = graph.ops[i];
+  const Op& sum = graph.ops[i + 1];
+  if (mul.op != "mul" || mul.no_grad || mul.inputs.size() != 1 || mul.outputs.size() != 1 ||
+      mul.attrs.values().size() != 1 || !mul.attrs.has("other") || sum.op != "sum" || sum.no_grad ||
+      sum.inputs.size() != 1 || sum.inputs[0] != mul.outputs[0] || sum.outputs.size() != 1 ||
+      !sum.attrs.values().empty()) {
+    return -1;
+  }
+  const Tensor& x = env[static_cast<size_t>(reads.Peek())];
+  if (!ops::TakesScaledSum(x) || static_cast<int64_t>(x.nbytes()) < ValueDropper::kDropAboveBytes ||
+      !dropper.DropsAfter(static_cast<int64_t>(i + 1), first_output)) {
+    return -1;
+  }
+  const double scale = mul.attrs.GetFloat("other");
+  reads.Next();  // x, for the mul
+  reads.Next();  // the product, for the sum
+  OutputNamesScope output_names(&sum.outputs);
+  Tensor total = ops::ScaledSum(x, scale);
+  int64_t labeled = 0;
+  if (const auto& fn = total.grad_fn(); fn != nullptr) {
+    fn->set_label(labeler, static_cast<int64_t>(i + 1));
+    ++labeled;
+    if (const auto& product_fn = fn->next_edges()[0].function; product_fn != nullptr) {
+      product_fn->set_label(labeler, static_cast<int64_t>(i));
+      ++labeled;
+    }
+  }
+  total.set_name(sum.outputs[0]);
+  env[static_cast<size_t>(first_output) + 1] = std::move(total);
+  return labeled;
+}
+
 int64_t RunOps(const std::shared_ptr<const Graph>& graph, const ValueSlots& slots,
                const std::string& scope, const std::shared_ptr<const Program>& program, Env& env,
                int64_t first, ValueDropper* dropper) {
@@ -352,6 +410,17 @@ int64_t RunOps(const std::shared_ptr<const Graph>& graph, const ValueSlots& slot
       return absl::StartsWith(status.message(), context) ? status : WithContext(status, context);
     };
     try {
+      if (dropper != nullptr) {
+        if (const int64_t labeled =
+                RunScaledSum(*graph, i, labeler, reads, next_slot, env, *dropper);
+            labeled >= 0) {
+          nodes += labeled;
+          next_slot += 2;
+          dropper->AfterOp(static_cast<int64_t>(i), env);
+          dropper->AfterOp(static_cast<int64_t>(++i), env);
+          continue;
+        }
+      }
       nodes += RunOp(op, *slots.schemas[i], static_cast<int64_t>(i), scope, program, labeler, reads,
                      next_slot, given_slots, env, keep_alive);
     } catch (const StatusError& e) {

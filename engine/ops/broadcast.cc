@@ -134,8 +134,13 @@ Tensor SumOver(const Tensor& input, const ReductionLayout& layout, const char* n
                                  CastTo<OutT>{});
     });
   }
-  RecordOp<SumOverBackward>(out, {input}, node_name, layout);
+  RecordSumOver(out, input, layout, node_name);
   return out;
+}
+
+void RecordSumOver(Tensor& out, const Tensor& input, const ReductionLayout& layout,
+                   const char* node_name) {
+  RecordOp<SumOverBackward>(out, {input}, node_name, layout);
 }
 
 Tensor ExpandOver(const Tensor& reduced, const ReductionLayout& layout) {

@@ -48,6 +48,11 @@ ReductionLayout SumToLayout(const char* op, absl::Span<const int64_t> from,
 // "SumBackward1") whose backward is ExpandOver.
 Tensor SumOver(const Tensor& input, const ReductionLayout& layout, const char* node_name);
 
+// What SumOver records, alone: the Node of out = the sum of input over layout, for a sum whose
+// kernel ran elsewhere (Note [A scaled sum in one pass] in engine/ops/elementwise.h).
+void RecordSumOver(Tensor& out, const Tensor& input, const ReductionLayout& layout,
+                   const char* node_name);
+
 // The adjoint of SumOver: `reduced` (of shape layout.output_shape) repeated along the reduced
 // dims to layout.input_shape. Returns a view (stride 0 along the reduced dims; no copy).
 // Records ExpandBackward0, whose backward is SumOver.

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "engine/autograd/grad_mode.h"
 #include "engine/autograd/saved_variable.h"
 #include "engine/kernels/basic_kernels.h"
@@ -436,6 +437,49 @@ Tensor mul(const Tensor& input, const Tensor& other) {
 
 Tensor mul(const Tensor& input, double other) {
   return AffineScalar("mul", "MulBackward0", input, other, 0);
+}
+
+namespace {
+
+// SumInto<double> of fn(v) for each float32 element v (Note [A scaled sum in one pass]): an
+// element is mapped, and so rounded to float32, before it is added, as mul stores it; the
+// partial sums of the lanes and the chunks, doubles already, are added as they are.
+template <typename Fn>
+struct SumOfMapped {
+  Fn fn;
+  GS_HOST_DEVICE double operator()(double acc, float v) const {
+    return acc + static_cast<double>(fn(v));
+  }
+  GS_HOST_DEVICE double operator()(double acc, double partial) const { return acc + partial; }
+};
+
+}  // namespace
+
+bool TakesScaledSum(const Tensor& x) {
+  return x.defined() && x.dtype() == DType::kFloat32 && x.device().is_cpu() && x.is_contiguous();
+}
+
+Tensor ScaledSum(const Tensor& x, double scale) {
+  GS_CHECK_INTERNAL(TakesScaledSum(x), "ScaledSum: not a contiguous float32 CPU tensor");
+  const absl::InlinedVector<bool, 6> every_dim(x.shape().size(), true);
+  const ReductionLayout layout = MakeReductionLayout(x.shape(), every_dim, /*keepdim=*/false);
+  Tensor out = Tensor::Empty({}, DType::kFloat32);
+  // mul's functor, as AffineScalar picks it.
+  auto sum_of = [&](auto fn) {
+    ReduceKernel<float, double, float>(x, layout.reduced, out, 0.0, SumOfMapped<decltype(fn)>{fn},
+                                       CastTo<float>{});
+  };
+  if (scale == 1) {
+    sum_of(Shift{0});
+  } else {
+    sum_of(Affine{scale, 0});
+  }
+  // The product, as the Nodes see it: its shape, dtype and device, one element.
+  Tensor product =
+      Tensor::Zeros({}, DType::kFloat32).AsStrided(x.shape(), Strides(x.shape().size(), 0), 0);
+  if (auto node = Record(product, {x}, "MulBackward0", &ScaleFormula)) node->scalars[0] = scale;
+  RecordSumOver(out, product, layout, "SumBackward0");
+  return out;
 }
 
 // --- div ---

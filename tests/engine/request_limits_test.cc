@@ -10,6 +10,7 @@
 // machine of two cores runs them beside other tests; docs/benchmarks.md has the figures.
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "engine/autograd/node.h"
 #include "engine/graph/interpreter.h"
 #include "engine/ops/attributes.h"
 #include "gtest/gtest.h"
@@ -203,6 +205,92 @@ Graph ScaledChain() {
   }
   b.Op("sum", {last}, {"loss"});
   return b.Build();
+}
+
+// x ([n] float32 of varied values) * scale, summed; x requires grad.
+Graph ScaledSumGraph(int64_t n, double scale, DType dtype = DType::kFloat32) {
+  std::vector<double> values(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) values[i] = 0.001 * static_cast<double>((i * 7919) % 2003 - 1001);
+  return GraphBuilder()
+      .Leaf("x", Tensor::FromVector<double>(values, {n}).To(dtype), true)
+      .Op("mul", {"x"}, {"y"}, ops::Attrs({{"other", scale}}))
+      .Op("sum", {"y"}, {"loss"})
+      .Build();
+}
+
+// The bits of a float32 0-d tensor or of each element of a float32 tensor.
+std::vector<uint32_t> Bits(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  std::vector<uint32_t> bits(static_cast<size_t>(c.numel()));
+  std::memcpy(bits.data(), c.raw_data(), bits.size() * 4);
+  return bits;
+}
+
+TEST(ScaledSumTest, AScaledSumRunsInOnePassWithTheSameBitsAndNodes) {
+  // Note [A scaled sum in one pass]: 1.5M elements (6 MiB, over the 1 MiB the dropper needs,
+  // cut into chunks and lanes), at scales whose products round and at 1.
+  const std::vector<absl::string_view> keep = {"loss", "x"};
+  for (double scale : {1.0, 3.0, -0.1, 1e-30}) {
+    const int64_t n = 1500001;
+    Limits limits;
+    auto fused = RecordedGraph::Record(std::make_shared<const Graph>(ScaledSumGraph(n, scale)),
+                                       limits, nullptr, &keep);
+    auto plain = RecordedGraph::Record(ScaledSumGraph(n, scale), limits);  // keeps every value
+    ASSERT_TRUE(fused.ok() && plain.ok()) << fused.status() << plain.status();
+    EXPECT_FALSE((*fused)->Value("y")->defined()) << "the product was stored";
+    EXPECT_TRUE((*plain)->Value("y")->defined());
+    // x was made outside the request: its budget sees the product alone.
+    EXPECT_LT((*fused)->budget()->peak(), int64_t{1} << 20) << "the product was allocated";
+    EXPECT_GE((*plain)->budget()->peak(), n * 4);
+    const Tensor& loss = *(*fused)->Value("loss");
+    EXPECT_EQ(Bits(loss), Bits(*(*plain)->Value("loss"))) << scale;
+    EXPECT_EQ(loss.name(), "loss");
+    // The same Nodes, with the same labels, and the same gradient.
+    const auto& sum_fn = loss.grad_fn();
+    const auto& plain_sum_fn = (*plain)->Value("loss")->grad_fn();
+    ASSERT_NE(sum_fn, nullptr);
+    EXPECT_EQ(sum_fn->name(), "SumBackward0");
+    EXPECT_EQ(sum_fn->label(), plain_sum_fn->label());
+    const auto& mul_fn = sum_fn->next_edges()[0].function;
+    ASSERT_NE(mul_fn, nullptr);
+    EXPECT_EQ(mul_fn->name(), "MulBackward0");
+    EXPECT_EQ(mul_fn->label(), plain_sum_fn->next_edges()[0].function->label());
+    EXPECT_EQ((*fused)->num_nodes(), (*plain)->num_nodes());
+    absl::StatusOr<CallResult> g = (*fused)->Backward(GradCall("loss", {"x"}));
+    absl::StatusOr<CallResult> want = (*plain)->Backward(GradCall("loss", {"x"}));
+    ASSERT_TRUE(g.ok() && want.ok()) << g.status() << want.status();
+    EXPECT_EQ(Bits(g->grads[0]), Bits(want->grads[0])) << scale;
+  }
+}
+
+TEST(ScaledSumTest, AProductSomethingElseNeedsIsStored) {
+  // Returned (kept), read twice, float64, or too small to drop: the two ops run as two.
+  const int64_t n = 1 << 19;  // 2 MiB of float32
+  const std::vector<absl::string_view> keep_y = {"loss", "x", "y"};
+  auto kept = RecordedGraph::Record(std::make_shared<const Graph>(ScaledSumGraph(n, 2)), Limits(),
+                                    nullptr, &keep_y);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_TRUE((*kept)->Value("y")->defined());
+
+  const std::vector<absl::string_view> keep = {"loss", "x", "twice"};
+  Graph read_twice = ScaledSumGraph(n, 2);
+  read_twice.ops.push_back(read_twice.ops[0]);  // twice = mul(y, 2): y read again after the sum
+  read_twice.ops.back().inputs = {"y"};
+  read_twice.ops.back().outputs = {"twice"};
+  auto twice =
+      RecordedGraph::Record(std::make_shared<const Graph>(read_twice), Limits(), nullptr, &keep);
+  ASSERT_TRUE(twice.ok()) << twice.status();
+  EXPECT_TRUE((*twice)->Value("twice")->defined());
+  EXPECT_GE((*twice)->budget()->peak(), int64_t{4} << 20) << "y and twice at once";
+
+  for (const Graph& other : {ScaledSumGraph(n, 2, DType::kFloat64), ScaledSumGraph(1000, 2)}) {
+    const std::vector<absl::string_view> keep_loss = {"loss", "x"};
+    auto g =
+        RecordedGraph::Record(std::make_shared<const Graph>(other), Limits(), nullptr, &keep_loss);
+    ASSERT_TRUE(g.ok()) << g.status();
+    const int64_t x_bytes = static_cast<int64_t>((*g)->Value("x")->nbytes());
+    EXPECT_GE((*g)->budget()->peak(), x_bytes) << "the product was not stored";
+  }
 }
 
 TEST(RequestLimitsTest, ValuesNoLaterOpReadsAreFreedWithinTheBudget) {

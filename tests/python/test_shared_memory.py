@@ -218,9 +218,9 @@ class SharedMemoryServerTest(unittest.TestCase):
     def test_a_gradient_of_one_value_equals_pytorch_inline_and_in_shared_memory(self):
         # sum(x * 3)'s gradient is one value expanded, and stays so until it is written out
         # (Note [A gradient of one value]); two such gradients reaching x are added. Long enough
-        # that sum's gradient is not copied out (over 4096 elements).
-        n = 3 * N + 5
-        for dtype in (np.float32, np.float64):
+        # that sum's gradient is not copied out (over 4096 elements); in float32 over 1 MiB too,
+        # where the product is never stored (Note [A scaled sum in one pass]).
+        for n, dtype in ((3 * N + 5, np.float32), (3 * N + 5, np.float64), (300001, np.float32)):
             x = ((np.arange(n) % 17 - 8) * 0.25).astype(dtype)
             graphs = {
                 "one": lambda b: b.op("mul", ["x"], out="y", other=3.0).op("sum", ["y"], out="loss"),
@@ -233,7 +233,8 @@ class SharedMemoryServerTest(unittest.TestCase):
                 "one": torch.autograd.grad((tx * 3.0).sum(), tx)[0].numpy(),
                 "two": torch.autograd.grad((tx * 3.0).sum() + (tx * -0.5).sum(), tx)[0].numpy(),
             }
-            dst = self.region(f"out_{np.dtype(dtype).name}", x.nbytes + 16, writable=True)
+            region = f"out_{np.dtype(dtype).name}_{n}"
+            dst = self.region(region, x.nbytes + 16, writable=True)
             for name, build in graphs.items():
                 with self.subTest(dtype=np.dtype(dtype).name, graph=name):
                     dst.buffer()[:x.nbytes + 16] = bytes([7]) * (x.nbytes + 16)
@@ -241,7 +242,6 @@ class SharedMemoryServerTest(unittest.TestCase):
                         build(GraphBuilder().leaf("x", x, requires_grad=True))
                         .backward_call("loss", inputs=["x"]))
                     np.testing.assert_array_equal(inline.calls[0]["x"], expected[name])
-                    region = f"out_{np.dtype(dtype).name}"
                     result = self.client.grad(
                         build(GraphBuilder().leaf("x", x, requires_grad=True))
                         .backward_call("loss", inputs=["x"], gradient_destinations={

@@ -169,6 +169,12 @@ TEST(ServerMemoryTest, TheLeavesCountAgainstTheRequestsBudget) {
   b.Grad({"loss"}, {"x"});
   client::CallOptions options;
   options.timeout = absl::Seconds(60);
+  // y read by the sum alone is never stored (Note [A scaled sum in one pass]): x alone fits.
+  const absl::StatusOr<v1::GradResponse> summed =
+      server.client().ComputeGradients(b.request(), options);
+  ASSERT_TRUE(summed.ok()) << summed.status();
+  // Returned, y is stored beside x.
+  b.ReturnValue("y");
   const absl::StatusOr<v1::GradResponse> response =
       server.client().ComputeGradients(b.request(), options);
   ASSERT_FALSE(response.ok()) << "the leaf was not counted";
