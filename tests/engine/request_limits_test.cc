@@ -242,16 +242,16 @@ TEST(ScaledSumTest, AScaledSumRunsInOnePassWithTheSameBitsAndNodes) {
     // x was made outside the request: its budget sees the product alone.
     EXPECT_LT((*fused)->budget()->peak(), int64_t{1} << 20) << "the product was allocated";
     EXPECT_GE((*plain)->budget()->peak(), n * 4);
-    const Tensor& loss = *(*fused)->Value("loss");
+    const Tensor loss = *(*fused)->Value("loss");
     EXPECT_EQ(Bits(loss), Bits(*(*plain)->Value("loss"))) << scale;
     EXPECT_EQ(loss.name(), "loss");
     // The same Nodes, with the same labels, and the same gradient.
-    const auto& sum_fn = loss.grad_fn();
-    const auto& plain_sum_fn = (*plain)->Value("loss")->grad_fn();
+    const std::shared_ptr<autograd::Node> sum_fn = loss.grad_fn();
+    const std::shared_ptr<autograd::Node> plain_sum_fn = (*plain)->Value("loss")->grad_fn();
     ASSERT_NE(sum_fn, nullptr);
     EXPECT_EQ(sum_fn->name(), "SumBackward0");
     EXPECT_EQ(sum_fn->label(), plain_sum_fn->label());
-    const auto& mul_fn = sum_fn->next_edges()[0].function;
+    const std::shared_ptr<autograd::Node> mul_fn = sum_fn->next_edges()[0].function;
     ASSERT_NE(mul_fn, nullptr);
     EXPECT_EQ(mul_fn->name(), "MulBackward0");
     EXPECT_EQ(mul_fn->label(), plain_sum_fn->next_edges()[0].function->label());

@@ -101,7 +101,8 @@ TEST(GuardedCopyTest, AFillRepeatsItsElementWholeAndItsFaultsAreCaught) {
   char* base =
       static_cast<char*>(mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, object.fd(), 0));
   ASSERT_NE(base, MAP_FAILED);
-  const unsigned char element[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  // Elements start at element and at element + 1: 9 bytes are read at most.
+  const unsigned char element[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   for (size_t width : {1, 2, 4, 8}) {
     // The whole object, then a short range within it that leaves its neighbours as they are.
     ASSERT_TRUE(server::SplitGuardedFill(base, element, width, size).ok()) << width;
