@@ -54,8 +54,8 @@ Tensor mul(const Tensor& input, double other);
 // float32 before it is added, in the lanes and chunks of Note [Reducing a row in lanes]: the
 // sum has the bits of mul then sum. The interpreter calls it when a graph's mul by a scalar is
 // read by a whole sum alone and would be dropped after it (Note [Values freed after their
-// last use] in engine/graph/interpreter.h), for float32 (a float64 element and a partial sum
-// are both doubles, which the sum below tells apart by type). On the 2-CPU VM the 64 MiB
+// last use] in engine/graph/interpreter.h), for float32 only: the one-pass sum tells an
+// element from a partial sum by its type, float against double. On the 2-CPU VM the 64 MiB
 // payload request's shared-memory call went from 9.7-10.6 ms to 6.6-7.9 ms, and it no longer
 // holds the 64 MiB product. A deadline that stops the pass names the mul.
 //
@@ -63,6 +63,7 @@ Tensor mul(const Tensor& input, double other);
 bool TakesScaledSum(const Tensor& x);
 // sum(mul(x, scale)) as a 0-d float32 tensor, x as TakesScaledSum says.
 Tensor ScaledSum(const Tensor& x, double scale);
+
 // input / other, true division (integers divide as float32). DivBackward0 (DivBackward1).
 Tensor div(const Tensor& input, const Tensor& other);
 Tensor div(const Tensor& input, double other);
