@@ -417,7 +417,8 @@ int64_t RunOps(const std::shared_ptr<const Graph>& graph, const ValueSlots& slot
           nodes += labeled;
           next_slot += 2;
           dropper->AfterOp(static_cast<int64_t>(i), env);
-          dropper->AfterOp(static_cast<int64_t>(++i), env);
+          ++i;  // the sum ran too
+          dropper->AfterOp(static_cast<int64_t>(i), env);
           continue;
         }
       }

@@ -1,6 +1,5 @@
 #include "engine/kernels/basic_kernels.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -95,9 +94,7 @@ void Fill(const Tensor& dst, double value) {
     T* out = dst.data<T>();
     if (dst.is_contiguous()) {
       WorkMeter meter;
-      ForEachBlock(dst.numel(), meter, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) out[i] = v;
-      });
+      ops::FillShared(out, dst.numel(), v, meter);
     } else {
       ForEachStrided2(dst.shape(), dst.strides(), dst.strides(),
                       [&](int64_t o, int64_t) { out[o] = v; });
@@ -151,12 +148,8 @@ void CopyInto(const Tensor& dst, const Tensor& src) {
       using D = decltype(dtag);
       DispatchStorage(src.dtype(), [&](auto stag) {
         using S = decltype(stag);
-        const D value = Convert<D>(*src.data<S>());
-        D* const out = dst.data<D>();
         WorkMeter meter;
-        ForEachBlockShared(dst.numel(), meter, [&](int64_t begin, int64_t end) {
-          std::fill(out + begin, out + end, value);
-        });
+        ops::FillShared(dst.data<D>(), dst.numel(), Convert<D>(*src.data<S>()), meter);
       });
     });
     return;

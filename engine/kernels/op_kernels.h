@@ -177,6 +177,14 @@ void ForEachRow(absl::Span<const int64_t> shape,
   }
 }
 
+// out[0, n) = value, shared with idle helper threads for a long range (Note [Intra-op
+// parallelism]) and counted in meter: the fills of Note [A gradient of one value].
+template <typename T>
+void FillShared(T* out, int64_t n, T value, WorkMeter& meter) {
+  ForEachBlockShared(n, meter,
+                     [&](int64_t begin, int64_t end) { std::fill(out + begin, out + end, value); });
+}
+
 // --- Elementwise map ---
 
 // Throws INTERNAL: a GPU tensor reached a kernel in a file nvcc did not compile
@@ -238,10 +246,7 @@ void MapKernelImpl(const Tensor& out, Fn& fn, std::index_sequence<I...>, TensorR
           // Every input holds one value along the row (a sum's gradient, expanded): fn runs
           // once and the row is filled, at the speed of a store where the strided loop below
           // reread the one value for each element.
-          const OutT value = fn(std::get<I>(rows)[0]...);
-          ForEachBlockShared(count, meter, [&](int64_t begin, int64_t end) {
-            std::fill(row + begin, row + end, value);
-          });
+          FillShared(row, count, static_cast<OutT>(fn(std::get<I>(rows)[0]...)), meter);
         } else if (step[0] == 1 && ((step[I + 1] == 1) && ...)) {
           ForEachBlockShared(count, meter, [&](int64_t begin, int64_t end) {
             for (int64_t j = begin; j < end; ++j) row[j] = fn(std::get<I>(rows)[j]...);
