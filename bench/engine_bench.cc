@@ -183,6 +183,9 @@ Pass TimeBackward(const std::string& scenario) {
     g = Build(scenario);
   }
   autograd::BackwardOptions options;
+  // The graph is this pass's alone, as a request's is to the server's (Note [Fewer atomics per
+  // Node] in engine/autograd/engine.cc).
+  options.sole_pass = true;
   if (limits) {
     options.budget = budget;
     options.cancel = std::make_shared<CancellationToken>(absl::Now() + absl::Hours(1));

@@ -81,6 +81,7 @@ absl::StatusOr<TensorList> RunBackward(const TensorList& roots, const TensorList
     execute_options.cancel = options.cancel;
     execute_options.budget = options.budget;
     execute_options.stats = options.stats;
+    execute_options.sole_pass = options.sole_pass;
     absl::StatusOr<TensorList> result =
         Engine::Get().execute(root_edges, std::move(grads), execute_options, output_edges);
     if (!result.ok() || accumulate_grad) return result;

@@ -34,6 +34,9 @@ struct BackwardOptions {
   std::shared_ptr<MemoryBudget> budget;
   // If set, filled in with the pass's node counts.
   ExecuteStats* stats = nullptr;
+  // No other pass runs any Node of this one's graph until it returns (ExecuteOptions::
+  // sole_pass): a graph private to its caller, differentiated one call at a time.
+  bool sole_pass = false;
 };
 
 // torch.autograd.grad: the gradients of roots with respect to inputs, returned, never summed

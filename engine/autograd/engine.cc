@@ -63,6 +63,15 @@ uint64_t compute_min_topological_nr(const EdgeList& outputs) {
   return min_topo_nr;
 }
 
+// Whether every gradient fn takes is a host tensor, so that fn runs on its pass's owner thread
+// (Note [Fewer atomics per Node]).
+bool InputsOnHost(const Node& fn) {
+  for (uint32_t i = 0; i < fn.num_inputs(); ++i) {
+    if (!fn.input_metadata(i).device.is_cpu()) return false;
+  }
+  return true;
+}
+
 // Checks the gradients a Node returned against what the Nodes they flow to expect.
 void validate_outputs(const Node& fn, const TensorList& grads) {
   const EdgeList& edges = fn.next_edges();
@@ -172,6 +181,7 @@ void Engine::compute_dependencies(Node* root, GraphTask& task, uint64_t min_topo
       task.ReserveNodeTable(std::min<uint64_t>(root->topological_nr() + 1, uint64_t{1} << 20));
   std::vector<Node*> queue{root};
   task.nodes_in_graph_.try_emplace(root);
+  bool host_only = InputsOnHost(*root);
   while (!queue.empty()) {
     Node* fn = queue.back();
     queue.pop_back();
@@ -184,9 +194,13 @@ void Engine::compute_dependencies(Node* root, GraphTask& task, uint64_t min_topo
       }
       auto [it, inserted] = task.nodes_in_graph_.try_emplace(next);
       it->second.dependencies_ += 1;
-      if (inserted) queue.push_back(next);
+      if (inserted) {
+        queue.push_back(next);
+        host_only = host_only && InputsOnHost(*next);
+      }
     }
   }
+  task.one_thread_ = host_only;
 }
 
 absl::StatusOr<TensorList> Engine::execute(const EdgeList& roots, TensorList seeds,
@@ -196,6 +210,7 @@ absl::StatusOr<TensorList> Engine::execute(const EdgeList& roots, TensorList see
       options.keep_graph, options.create_graph, reentrant ? total_depth + 1 : 0,
       reentrant ? local_ready_queue : std::make_shared<ReadyQueue>());
   graph_task->anomaly_mode_ = options.anomaly_mode;
+  graph_task->sole_pass_ = options.sole_pass;
   const GraphTask* parent = reentrant ? current_graph_task : nullptr;
   graph_task->cancel_ = options.cancel != nullptr ? options.cancel
                         : parent != nullptr       ? parent->cancel_
@@ -281,6 +296,28 @@ std::shared_ptr<GraphFuture> Engine::execute_with_graph_task(
 // task does with a weak pointer that the worker locks: the thread keeps the strong one it
 // holds for the Node before, two atomic operations fewer again, and names the pass only if
 // the task is queued after all.
+//
+// Note [Fewer atomics per Node]
+// Once the hand-over above spared the queue, a small Node's own cost in the Engine was mostly
+// five atomic read-modify-writes, each a full memory barrier on x86: its lock and unlock (Note
+// [Node thread safety]), the pass's lock and unlock around handing its gradients on, and the
+// count of Nodes run. perf put about three fifths of evaluate_function's own samples on those
+// five instructions in fanin_2k's backward. Three ways take them off the common path:
+//  - A thread counts the Nodes it runs in a local and adds them to nodes_executed_ before it
+//    counts a task done (the fetch_sub on outstanding_tasks_ that the owner's wait observes),
+//    before it records an error, and when it leaves the loop; so the count is whole when the
+//    pass ends, with one atomic per task queued instead of one per Node.
+//  - A pass whose Nodes all take their gradients on the host (compute_dependencies checks each
+//    Node's input metadata) runs all of them on its owner thread: no device thread ever runs
+//    one of its Nodes, so nothing touches the table's dependencies_ and not_ready_ but that
+//    thread, or a thread it handed the pass to through a ready queue or its future, whose
+//    locks order the accesses. Such a pass hands gradients on without mutex_ (one_thread_).
+//    The captures and post-processing still take it: they are once per pass.
+//  - A Node's lock guards it against another pass running it at the same moment. A caller
+//    that knows there is none (ExecuteOptions::sole_pass: the server's requests and sessions
+//    run one call at a time on a graph that is theirs alone) lets every Node run without it.
+//    A pass nested inside (a checkpoint's recomputation) takes its Nodes' locks as usual.
+// Measured on fanin_2k and chain_10k backward (docs/benchmarks.md): about 10% of their time.
 
 void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
   BusyScope busy;  // Note [Engine busy time]
@@ -290,6 +327,14 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
   // The pass of the task being run. Kept for a task handed over, which is the same pass's;
   // let go before waiting for the queue, so that an idle worker keeps no pass alive.
   std::shared_ptr<GraphTask> local_graph_task;
+  // Nodes of local_graph_task this thread ran and has not yet added to its count (Note
+  // [Fewer atomics per Node]).
+  int64_t executed = 0;
+  auto add_executed = [&] {
+    if (executed == 0) return;
+    local_graph_task->nodes_executed_.fetch_add(executed, std::memory_order_relaxed);
+    executed = 0;
+  };
   while (graph_task == nullptr || !graph_task->future_result_->completed()) {
     // Step 1: take the task handed over by the last Node, else the next one from the queue, or
     // give up waiting at the pass's deadline.
@@ -328,10 +373,13 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
         if (local_graph_task->cancel_ != nullptr) {
           ThrowIfError(local_graph_task->cancel_->CheckCancelled());
         }
-        evaluate_function(local_graph_task, task.fn.get(), task.inputs, task.exec_info, &handoff);
+        evaluate_function(local_graph_task, task.fn.get(), task.inputs, task.exec_info, &handoff,
+                          &executed);
       } catch (const StatusError& e) {
+        add_executed();
         local_graph_task->set_exception(e.status(), task.fn.get());
       } catch (const std::exception& e) {
+        add_executed();
         local_graph_task->set_exception(absl::InternalError(e.what()), task.fn.get());
       }
     }
@@ -340,6 +388,7 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
     // owner, wakes the owner.
     task = NodeTask({}, nullptr, InputBuffer(0), 0);  // free the buffers before waking anyone
     if (handoff.has_value()) continue;
+    add_executed();
     local_graph_task->outstanding_tasks_.fetch_sub(1, std::memory_order_acq_rel);
     if (local_graph_task->completed()) {
       local_graph_task->mark_as_completed_and_run_post_processing();
@@ -353,6 +402,7 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
   }
   // A nested pass can end with a task of an outer one handed over: queue it for the outer loop,
   // naming its pass, with the count it holds.
+  add_executed();
   if (handoff.has_value()) {
     handoff->base = local_graph_task;
     local_ready_queue->push(std::move(*handoff), /*increment_outstanding_tasks=*/false);
@@ -361,14 +411,14 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
 
 void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Node* func,
                                InputBuffer& inputs, const ExecInfo* exec_info,
-                               std::optional<NodeTask>* handoff) {
+                               std::optional<NodeTask>* handoff, int64_t* executed) {
   // Note [Streams in the backward pass]: the Node runs on its forward op's stream.
   const Stream stream = func->stream();
   StreamScope on_stream(stream);
   TensorList outputs;
   {
     // Note [Node thread safety].
-    MutexLock node_lock(&func->mutex());
+    OptionalMutexLock node_lock(graph_task->sole_pass_ ? nullptr : &func->mutex());
     TensorList grads = InputBuffer::variables(std::move(inputs));
     for (const auto& [input_nr, hook] : func->tensor_pre_hooks()) {
       if (grads[input_nr].defined()) grads[input_nr] = (*hook)(grads[input_nr]);
@@ -389,7 +439,7 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
       }
       if (!info.needed_) return;
     }
-    graph_task->nodes_executed_.fetch_add(1, std::memory_order_relaxed);
+    ++*executed;
     outputs = call_function(*graph_task, *func, std::move(grads));
   }
   if (outputs.empty()) return;
@@ -405,7 +455,7 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
 
   // Hand each gradient to the Node it flows to; queue those that now have all their inputs,
   // or hand one over (Note [Handing the next task over]).
-  MutexLock lock(&graph_task->mutex_);
+  OptionalMutexLock lock(graph_task->one_thread_ ? nullptr : &graph_task->mutex_);
   if (stream.has_stream() &&
       absl::c_find(graph_task->streams_used_, stream) == graph_task->streams_used_.end()) {
     graph_task->streams_used_.push_back(stream);

@@ -64,6 +64,10 @@ struct ExecuteOptions {
   std::shared_ptr<MemoryBudget> budget;
   // If set, filled in when the pass is over.
   ExecuteStats* stats = nullptr;
+  // The caller's promise that no other pass runs any of this pass's Nodes until it returns:
+  // the Engine then runs each Node without taking its mutex (Note [A pass alone on its
+  // Nodes]). A pass nested in this one (a Node's reentrant backward) does not inherit it.
+  bool sole_pass = false;
 };
 
 // Thread safety: execute() may be called from any number of threads at once, and from inside
@@ -109,10 +113,11 @@ class Engine {
   void thread_main(const std::shared_ptr<GraphTask>& graph_task);
   // Runs func and hands its gradients on, queueing the Nodes that become ready; one of them may
   // instead be left in *handoff for this thread to run next (Note [Handing the next task over]).
-  // exec_info is func's entry in the pass's table, or null to look it up.
+  // exec_info is func's entry in the pass's table, or null to look it up. Adds 1 to *executed
+  // if func ran (Note [Fewer atomics per Node]).
   void evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Node* func,
                          InputBuffer& inputs, const ExecInfo* exec_info,
-                         std::optional<NodeTask>* handoff);
+                         std::optional<NodeTask>* handoff, int64_t* executed);
   static void compute_dependencies(Node* root, GraphTask& task, uint64_t min_topo_nr);
 
   // The queue a Node with inputs on `device` runs from.

@@ -129,6 +129,13 @@ struct GraphTask : std::enable_shared_from_this<GraphTask> {
   // Every Node reached from the root (Note [GraphTask node table]).
   absl::flat_hash_map<Node*, NodeState> nodes_in_graph_;
   bool exec_info_used_ = false;
+  // Every Node of the pass takes its gradients on the host, so the owner thread runs them all
+  // and evaluate_function hands gradients on without mutex_ (Note [Fewer atomics per Node]).
+  // Written by compute_dependencies, read-only once the pass starts.
+  bool one_thread_ = false;
+  // No other pass runs this pass's Nodes meanwhile (the caller's promise, ExecuteOptions):
+  // evaluate_function runs each Node without its mutex (Note [Fewer atomics per Node]).
+  bool sole_pass_ = false;
 
   // The worker device that owns this task (kCpuDevice or an accelerator's index). Written by
   // the owning thread before the first task is queued.

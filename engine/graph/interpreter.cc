@@ -646,6 +646,7 @@ class Interpreter {
     options.anomaly_mode = call.anomaly_mode;
     options.cancel = graph.cancel_;
     options.budget = graph.budget_;
+    options.sole_pass = graph.one_call_at_a_time_;
     if (call.accumulate_grad) {
       const absl::flat_hash_set<const autograd::Node*> reachable = ReachableNodes(roots);
       for (const Tensor& input : inputs) {

@@ -132,6 +132,11 @@ class RecordedGraph {
 
   // Runs one backward call.
   absl::StatusOr<CallResult> Backward(const BackwardCall& call);
+  // The caller's promise that it runs one call (Backward, Extend) at a time on this graph, and
+  // that no other graph shares its Nodes, as the server's requests and sessions do: each
+  // backward then runs its Nodes without their locks (autograd::BackwardOptions::sole_pass).
+  // Without it, Backward calls that retain the graph may run at once (see above).
+  void PromiseOneCallAtATime() { one_call_at_a_time_ = true; }
   // The same, stopped by cancel instead of the token Record was given, which stays its token
   // from then on: for a graph held across calls (the server's sessions).
   //
@@ -212,6 +217,8 @@ class RecordedGraph {
   // Whether an op of the graph or of an extension wrote in place (Note [Cycles through
   // in-place writes] in interpreter.cc).
   bool writes_in_place_ = false;
+  // PromiseOneCallAtATime was called.
+  bool one_call_at_a_time_ = false;
   // Set when a failed extension had written in place; the status every call then returns, and
   // what that extension made, kept alive for the Nodes that may still refer to it.
   absl::Status spoiled_;

@@ -90,6 +90,24 @@ class ABSL_SCOPED_LOCKABLE MutexLock {
   M* const mu_;
 };
 
+// Holds mu for its scope, or nothing when mu is null: for data that a caller knows only one
+// thread can reach at a time.
+template <typename M>
+class ABSL_SCOPED_LOCKABLE OptionalMutexLock {
+ public:
+  explicit OptionalMutexLock(M* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) {
+    if (mu_ != nullptr) mu_->Lock();
+  }
+  ~OptionalMutexLock() ABSL_UNLOCK_FUNCTION() {
+    if (mu_ != nullptr) mu_->Unlock();
+  }
+  OptionalMutexLock(const OptionalMutexLock&) = delete;
+  OptionalMutexLock& operator=(const OptionalMutexLock&) = delete;
+
+ private:
+  M* const mu_;
+};
+
 // Waits on a condition guarded by a Mutex. Signal after changing the condition under the lock.
 class CondVar {
  public:

@@ -157,6 +157,8 @@ absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const gra
   if (!recorded.ok()) return recorded.status();
   recorded_ = *std::move(recorded);
   graph::RecordedGraph& g = *recorded_;
+  // A request's graph is its own, and a session's is run under the session's lock.
+  g.PromiseOneCallAtATime();
   response->set_num_nodes(g.num_nodes());
   if (absl::Status s = ReturnValues(g, request.return_values(), response, deferred); !s.ok()) {
     return s;

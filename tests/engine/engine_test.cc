@@ -329,6 +329,54 @@ TEST(EngineTest, ManyGraphTasksFromManyThreads) {
   EXPECT_EQ(failures, 0);
 }
 
+// Note [Fewer atomics per Node]: a pass promised to be the only one over its Nodes, and a pass
+// on one thread, run the same Nodes to the same gradients and count them all.
+TEST(EngineTest, ASolePassGivesTheSameGradientsAndCountsEveryNode) {
+  // A fan-in (queued tasks) over a chain (handed-over tasks), and a branch that only captures.
+  Tensor x = Leaf({0.5, -1.5});
+  Tensor chain = x;
+  for (int i = 0; i < 20; ++i) chain = Scale(chain, 1.0 + i * 0.01);
+  Tensor acc = Scale(x, 0.0);
+  for (int i = 0; i < 10; ++i) acc = Add(acc, Square(Scale(chain, 1.0 + i)));
+  Tensor loss = Sum(acc);
+  for (const bool sole : {false, true}) {
+    SCOPED_TRACE(sole ? "sole pass" : "shared");
+    ExecuteStats stats;
+    BackwardOptions options;
+    options.retain_graph = true;
+    options.sole_pass = sole;
+    options.stats = &stats;
+    auto grads = Grad({loss}, {}, {x}, options);
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    // loss, the 10 adds, 10 squares, 10 scales, the 20 scales of the chain and x's scale by 0.
+    EXPECT_EQ(stats.nodes_executed, 1 + 10 + 10 + 10 + 20 + 1);
+    BackwardOptions reference;
+    reference.retain_graph = true;
+    auto expected = Grad({loss}, {}, {x}, reference);
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    EXPECT_EQ(Values((*grads)[0]), Values((*expected)[0]));
+  }
+  // A sole pass that fails counts the Nodes that ran before the error, as any pass does.
+  BackwardOptions sole;
+  sole.sole_pass = true;
+  ASSERT_TRUE(Grad({loss}, {}, {x}, sole).ok());  // frees the saved tensors
+  ExecuteStats stats;
+  sole.stats = &stats;
+  EXPECT_EQ(Grad({loss}, {}, {x}, sole).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_GE(stats.nodes_executed, 1);
+}
+
+// A sole pass nested in Nodes 200 deep runs partly on the reentrant pool; its nested passes take
+// their Nodes' locks as usual, and the gradient is whole.
+TEST(EngineTest, ASolePassWithReentrantNodesFinishes) {
+  Tensor x = ScalarLeaf(1.0);
+  BackwardOptions sole;
+  sole.sole_pass = true;
+  auto grads = Grad({Reentrant(x, 200)}, {}, {x}, sole);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_THAT(Values((*grads)[0]), ElementsAre(2));
+}
+
 TEST(EngineTest, GradModeIsPerThread) {
   NoGradGuard no_grad;
   EXPECT_FALSE(GradMode::is_enabled());
@@ -386,6 +434,29 @@ TEST_F(SimulatedDeviceTest, NodesRunOnTheirDeviceThreadAndWakeTheOwner) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   EXPECT_GT(EngineBusyNanos(EngineThread::kDevice), device_busy);
+}
+
+// Note [Fewer atomics per Node]: a pass with Nodes on devices runs them on the device threads
+// at the same time as its host Nodes, so it hands gradients on under the pass's lock, sole or
+// not (ThreadSanitizer checks this test).
+TEST_F(SimulatedDeviceTest, APassWithDeviceNodesStaysCorrectWhenSole) {
+  const Device sim0{DeviceType::kSimulated, 0};
+  const Device sim1{DeviceType::kSimulated, 1};
+  for (int round = 0; round < 20; ++round) {
+    Tensor x = Leaf({1, 2});
+    Tensor acc = Scale(x, 1);
+    for (int i = 0; i < 8; ++i) {
+      const Device device = i % 2 == 0 ? sim0 : sim1;
+      Tensor on_device = Scale(gradserve::testing::ToDevice(x, device), 1.0 + i);
+      acc = Add(acc, Add(gradserve::testing::ToDevice(on_device, kCPU), Scale(x, 1)));
+    }
+    BackwardOptions sole;
+    sole.sole_pass = true;
+    auto grads = Grad({Sum(acc)}, {}, {x}, sole);
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    // 1 + sum over i of (1 + i) + 8.
+    EXPECT_THAT(Values((*grads)[0]), ElementsAre(45, 45));
+  }
 }
 
 TEST_F(SimulatedDeviceTest, InputBufferPicksTheFirstAcceleratorInput) {
