@@ -72,6 +72,11 @@ bool InputsOnHost(const Node& fn) {
   return true;
 }
 
+// Whether a queued task's pass is held (its control block; no atomic operation).
+bool SamePass(const std::weak_ptr<GraphTask>& task_pass, const std::shared_ptr<GraphTask>& held) {
+  return held != nullptr && !task_pass.owner_before(held) && !held.owner_before(task_pass);
+}
+
 // Checks the gradients a Node returned against what the Nodes they flow to expect.
 void validate_outputs(const Node& fn, const TensorList& grads) {
   const EdgeList& edges = fn.next_edges();
@@ -324,8 +329,10 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
   const absl::Time deadline =
       graph_task != nullptr ? graph_task->deadline() : absl::InfiniteFuture();
   std::optional<NodeTask> handoff;
-  // The pass of the task being run. Kept for a task handed over, which is the same pass's;
-  // let go before waiting for the queue, so that an idle worker keeps no pass alive.
+  // The pass of the task being run. Kept for a task handed over, which is the same pass's. A
+  // device thread lets go of it before waiting for the queue, so that an idle worker keeps no
+  // pass alive; a pass's owner keeps it for the next task of the same pass (Note [Fewer
+  // atomics per Node]) and lets go when it returns.
   std::shared_ptr<GraphTask> local_graph_task;
   // Nodes of local_graph_task this thread ran and has not yet added to its count (Note
   // [Fewer atomics per Node]).
@@ -344,7 +351,10 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
       popped = std::move(handoff);
       handoff.reset();
     } else {
-      local_graph_task.reset();
+      if (graph_task == nullptr) {
+        add_executed();
+        local_graph_task.reset();
+      }
       if (deadline == absl::InfiniteFuture()) {
         popped.emplace(local_ready_queue->pop());
       } else {
@@ -363,7 +373,10 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
     if (task.is_shutdown_task) break;
     // Step 2: skip tasks of passes that are gone (Note [GraphTask lifetime]). A task handed
     // over names no pass: it is the one this thread holds.
-    if (!handed_over) local_graph_task = task.base.lock();
+    if (!handed_over && !SamePass(task.base, local_graph_task)) {
+      add_executed();
+      local_graph_task = task.base.lock();
+    }
     if (local_graph_task == nullptr) continue;
     // Step 3: evaluate the Node, unless the pass already failed or was cancelled.
     if (task.fn != nullptr && !local_graph_task->has_error_.load(std::memory_order_acquire)) {
@@ -388,7 +401,8 @@ void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
     // owner, wakes the owner.
     task = NodeTask({}, nullptr, InputBuffer(0), 0);  // free the buffers before waking anyone
     if (handoff.has_value()) continue;
-    add_executed();
+    // Another thread may end a pass that is not on one thread: its count must be whole first.
+    if (!local_graph_task->one_thread_) add_executed();
     local_graph_task->outstanding_tasks_.fetch_sub(1, std::memory_order_acq_rel);
     if (local_graph_task->completed()) {
       local_graph_task->mark_as_completed_and_run_post_processing();
@@ -440,6 +454,12 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
       if (!info.needed_) return;
     }
     ++*executed;
+    // The table entries of the Nodes its gradients go to, looked up below: on a big graph they
+    // are seldom in the cache, and they load while the Node runs (Note [A small node table
+    // entry]).
+    for (const Edge& next : func->next_edges()) {
+      if (next.function != nullptr) graph_task->nodes_in_graph_.prefetch(next.function.get());
+    }
     outputs = call_function(*graph_task, *func, std::move(grads));
   }
   if (outputs.empty()) return;
