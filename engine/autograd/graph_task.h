@@ -80,7 +80,8 @@ struct GraphTask : std::enable_shared_from_this<GraphTask> {
   // microsecond. The table's set of keys is fixed before the first task is queued (by
   // compute_dependencies and init_to_execute) and never changes during the pass, so entries
   // can be found without a lock; an entry's dependencies_ and not_ready_ change only under
-  // mutex_, and its exec_info_ is read-only once the pass starts. The table is charged to the
+  // mutex_ (or, in a pass on one thread, on that thread alone: Note [Fewer atomics per Node]),
+  // and its exec_info_ is read-only once the pass starts. The table is charged to the
   // pass's budget as it grows, before each growth (ReserveNodeTable), and given back with the
   // GraphTask: it is as big as the graph, and so is the request's share of the Engine's memory
   // (Note [Nodes on the budget]).
@@ -116,8 +117,8 @@ struct GraphTask : std::enable_shared_from_this<GraphTask> {
   // thread only, before the first task is queued.
   size_t ReserveNodeTable(size_t entries);
 
-  // Guards the entries' dependencies_ and not_ready_, captured_vars_ and streams_used_.
-  // Never waited on (Note [Node locks without a call]).
+  // Guards the entries' dependencies_ and not_ready_ (unless one_thread_), captured_vars_ and
+  // streams_used_. Never waited on (Note [Node locks without a call]).
   FastMutex mutex_;
   TensorList captured_vars_ ABSL_GUARDED_BY(mutex_);
   // Every Node's captures, each Node's together (ExecInfo::first_capture_); written by

@@ -14,7 +14,9 @@
 // different threads). The Engine holds the Node's mutex() while it calls the Node's hooks,
 // apply() and release_variables(), so a Node's own state (saved variables) needs no other
 // guard. A reentrant Node (one whose apply runs a nested backward) holds its mutex through the
-// nested backward; MAX_DEPTH bounds how many such mutexes one thread holds.
+// nested backward; MAX_DEPTH bounds how many such mutexes one thread holds. A pass whose
+// caller promises it is the only one over its Nodes (ExecuteOptions::sole_pass) runs them
+// without it (Note [Fewer atomics per Node] in engine.cc).
 //
 // Note [Node labels]
 // A label describes the forward op that made a Node ("op #3 'h' = mul"), for the errors that
