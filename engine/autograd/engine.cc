@@ -510,7 +510,8 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
     }
     if (is_ready) {
       InputBuffer input_buffer = std::exchange(state.not_ready_, InputBuffer());
-      const Device device = input_buffer.device();
+      // A pass on one thread has host gradients only (Note [Fewer atomics per Node]).
+      const Device device = graph_task->one_thread_ ? kCPU : input_buffer.device();
       // CPU Nodes (most) go to the pass's own queue, which it keeps alive.
       std::shared_ptr<ReadyQueue> device_queue;
       ReadyQueue* queue = graph_task->cpu_ready_queue_.get();
