@@ -124,6 +124,27 @@ TEST(EngineTest, MinTopoNrPrunesSubgraphsThatCannotReachTheOutputs) {
   EXPECT_EQ(unpruned.nodes_in_graph, 1 + 1 + 50 + 1 + 10 + 1);  // + both AccumulateGrads
 }
 
+// Note [One walk over the graph]: 600 roots under one GraphRoot, whose topological_nr (the
+// table's first size) is 3, so the table grows while the walk is inside the GraphRoot; every
+// verdict survives the growth, and w's half, off every path to x, never runs.
+TEST(EngineTest, TheNodeTableGrowsDuringTheWalkAndKeepsItsVerdicts) {
+  Tensor x = Leaf({1, 2});
+  Tensor w = Leaf({3, 4});
+  TensorList roots;
+  for (int i = 0; i < 300; ++i) {
+    roots.push_back(Sum(Scale(x, i)));
+    roots.push_back(Sum(Scale(w, i)));
+  }
+  ExecuteStats stats;
+  BackwardOptions options;
+  options.stats = &stats;
+  auto grads = Grad(roots, {}, {x}, options);
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_THAT(Values((*grads)[0]), ElementsAre(44850, 44850));  // 0 + 1 + ... + 299
+  EXPECT_EQ(stats.nodes_in_graph, 1 + 600 + 600 + 2);           // GraphRoot, sums, scales, leaves
+  EXPECT_EQ(stats.nodes_executed, 1 + 300 + 300);               // GraphRoot and x's half
+}
+
 TEST(EngineTest, CapturesIntermediatesAndLeavesOnOnePath) {
   Tensor x = Leaf({3});
   Tensor h = Square(x);    // 9
