@@ -555,7 +555,7 @@ void Engine::evaluate_function(const std::shared_ptr<GraphTask>& graph_task, Nod
       task.exec_info = &state.exec_info_;
       auto push = [&](NodeTask&& queued) {
         queued.base = graph_task;
-        queue->push(std::move(queued));
+        queue->push(std::move(queued), *graph_task);
       };
       if (queue != local_ready_queue.get()) {
         push(std::move(task));

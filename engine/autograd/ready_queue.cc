@@ -20,6 +20,15 @@ void ReadyQueue::push(NodeTask task, bool increment_outstanding_tasks) {
       graph_task->outstanding_tasks_.fetch_add(1, std::memory_order_relaxed);
     }
   }
+  PushCounted(std::move(task));
+}
+
+void ReadyQueue::push(NodeTask task, GraphTask& pass) {
+  pass.outstanding_tasks_.fetch_add(1, std::memory_order_relaxed);
+  PushCounted(std::move(task));
+}
+
+void ReadyQueue::PushCounted(NodeTask task) {
   {
     MutexLock lock(&mutex_);
     heap_.push(std::move(task));

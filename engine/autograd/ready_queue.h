@@ -15,6 +15,8 @@
 
 namespace gradserve::autograd {
 
+struct GraphTask;
+
 // Note [ReadyQueue order]
 // pop() returns, first, a shutdown task; then empty wake-up tasks; then the task of the deepest
 // reentrant backward (so a nested backward finishes before its parent goes on); then, within
@@ -29,6 +31,9 @@ class ReadyQueue {
   // Pushes a task. If increment_outstanding_tasks, counts it in its GraphTask's
   // outstanding_tasks_ first (the worker that pops it uncounts it).
   void push(NodeTask task, bool increment_outstanding_tasks = true);
+  // Counts the task in pass, which must be the pass it names and which the caller holds, and
+  // pushes it: the count without locking the task's weak pointer to its pass.
+  void push(NodeTask task, GraphTask& pass);
   void push_shutdown_task();
 
   // Blocks until a task is there.
@@ -47,6 +52,9 @@ class ReadyQueue {
   };
 
  private:
+  // Pushes a task already counted (or not to be) and wakes the worker.
+  void PushCounted(NodeTask task);
+
   mutable Mutex mutex_;
   CondVar not_empty_;
   std::priority_queue<NodeTask, std::vector<NodeTask>, CompareNodeTaskTime> heap_
