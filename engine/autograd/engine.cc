@@ -174,68 +174,36 @@ int Engine::device_threads_started() const {
 }
 
 void Engine::compute_dependencies(Node* root, GraphTask& task, uint64_t min_topo_nr) {
-  // Note [One walk over the graph]
-  // A depth-first walk over every Node reachable from the root counts for each how many edges
-  // lead into it; Nodes below min_topo_nr cannot reach an output, and their edges are not
-  // followed. When exec_info_ applies (init_to_execute seeded the outputs first), the same
-  // walk decides which Nodes must run: a Node must if it is an output or any child must, a
-  // verdict known once its children are done (a child seen before is done already: the graph
-  // has no cycles). PyTorch walks the graph twice for these; each walk looks up every edge's
-  // entry in the node table, and on a graph bigger than the cache those loads were most of
-  // both walks' time (perf: about a sixth of fanin_2k's backward).
-  //
+  // Breadth-agnostic walk over every Node reachable from the root, counting for each how many
+  // edges lead into it. Nodes below min_topo_nr cannot reach an output: their edges are not
+  // followed.
   // The root's topological_nr is the length of the longest path below it: a lower bound on
-  // the number of Nodes, exact for a chain, and a bound on the walk's depth. Reserving it
-  // spares most rehashes as the table grows (capped, since it only sizes a hint). Past that,
-  // the table is made bigger before the Node that would make it grow by itself, charged to the
-  // pass's budget first (Note [GraphTask node table]); so a graph too big for the budget stops
-  // here. A growth moves the entries, so the walk's pointers to them are looked up again.
-  const size_t hint = std::min<uint64_t>(root->topological_nr() + 1, uint64_t{1} << 20);
-  size_t room = task.ReserveNodeTable(hint);
-  bool grew = false;
-  auto entry = [&](Node* fn) {
-    if (task.nodes_in_graph_.size() >= room) {
-      room = task.ReserveNodeTable(task.nodes_in_graph_.size() + 1);
-      grew = true;
-    }
-    auto [it, inserted] = task.nodes_in_graph_.try_emplace(fn);
-    return std::make_pair(&it->second, inserted);
-  };
-  const bool verdicts = task.exec_info_used();
-  struct Frame {
-    Node* fn;
-    GraphTask::NodeState* state;
-    uint32_t next_child;
-  };
-  std::vector<Frame> stack;
-  stack.reserve(hint);
+  // the number of Nodes, exact for a chain. Reserving it spares most rehashes as the table
+  // grows (capped, since it only sizes a hint). Past that, the table is made bigger before the
+  // Node that would make it grow by itself, charged to the pass's budget first (Note
+  // [GraphTask node table]); so a graph too big for the budget stops here.
+  size_t room =
+      task.ReserveNodeTable(std::min<uint64_t>(root->topological_nr() + 1, uint64_t{1} << 20));
+  std::vector<Node*> queue{root};
+  task.nodes_in_graph_.try_emplace(root);
   bool host_only = InputsOnHost(*root);
-  GraphTask::NodeState* root_state = entry(root).first;
-  root_state->seen_ = true;
-  stack.push_back({root, root_state, 0});
-  while (!stack.empty()) {
-    Frame& frame = stack.back();
-    if (frame.fn->topological_nr() >= min_topo_nr && frame.next_child < frame.fn->num_outputs()) {
-      Node* child = frame.fn->next_edge(frame.next_child++).function.get();
-      if (child == nullptr) continue;
-      auto [state, inserted] = entry(child);
-      if (grew) {
-        for (Frame& f : stack) f.state = &task.nodes_in_graph_.find(f.fn)->second;
-        grew = false;
+  while (!queue.empty()) {
+    Node* fn = queue.back();
+    queue.pop_back();
+    if (fn->topological_nr() < min_topo_nr) continue;
+    for (const Edge& edge : fn->next_edges()) {
+      Node* next = edge.function.get();
+      if (next == nullptr) continue;
+      if (task.nodes_in_graph_.size() >= room) {
+        room = task.ReserveNodeTable(task.nodes_in_graph_.size() + 1);
       }
-      state->dependencies_ += 1;
-      if (inserted) host_only = host_only && InputsOnHost(*child);
-      if (!state->seen_) {
-        state->seen_ = true;
-        stack.push_back({child, state, 0});
-      } else if (verdicts && state->exec_info_.should_execute()) {
-        frame.state->exec_info_.needed_ = true;
+      auto [it, inserted] = task.nodes_in_graph_.try_emplace(next);
+      it->second.dependencies_ += 1;
+      if (inserted) {
+        queue.push_back(next);
+        host_only = host_only && InputsOnHost(*next);
       }
-      continue;
     }
-    const bool execute = verdicts && frame.state->exec_info_.should_execute();
-    stack.pop_back();
-    if (execute && !stack.empty()) stack.back().state->exec_info_.needed_ = true;
   }
   task.one_thread_ = host_only;
 }
@@ -261,8 +229,10 @@ absl::StatusOr<TensorList> Engine::execute(const EdgeList& roots, TensorList see
   std::shared_ptr<Node> graph_root =
       skip_dummy_node ? roots[0].function : MakeNode<GraphRoot>(roots, seeds);
   const uint64_t min_topo_nr = compute_min_topological_nr(outputs);
-  if (!outputs.empty()) graph_task->init_to_execute(outputs, options.accumulate_grad);
   compute_dependencies(graph_root.get(), *graph_task, min_topo_nr);
+  if (!outputs.empty()) {
+    graph_task->init_to_execute(*graph_root, outputs, options.accumulate_grad, min_topo_nr);
+  }
   InputBuffer input_buffer(skip_dummy_node ? graph_root->num_inputs() : 0);
   if (skip_dummy_node) input_buffer.add(roots[0].input_nr, std::move(seeds[0]));
   absl::StatusOr<TensorList> result =

@@ -51,14 +51,13 @@ size_t GraphTask::ReserveNodeTable(size_t entries) {
   return room();
 }
 
-void GraphTask::init_to_execute(const EdgeList& outputs, bool accumulate_grad) {
+void GraphTask::init_to_execute(Node& graph_root, const EdgeList& outputs, bool accumulate_grad,
+                                uint64_t min_topo_nr) {
   exec_info_used_ = true;
-  // The output Nodes are needed (backward) or capture (grad). An output the root cannot reach
-  // still gets an entry; it never receives an input. A Node's captures are one range of
+  // Seed: the output Nodes are needed (backward) or capture (grad). An output the root cannot
+  // reach still gets an entry; it never receives an input. A Node's captures are one range of
   // captures_ (Note [A small node table entry]): the outputs' captures, sorted by Node (stably,
-  // so each Node's keep the outputs' order), each run of one Node's its range. The entries are
-  // charged to the budget as compute_dependencies' are.
-  ReserveNodeTable(outputs.size() + 1);
+  // so each Node's keep the outputs' order), each run of one Node's its range.
   std::vector<std::pair<Node*, ExecInfo::Capture>> by_node;
   uint32_t output_idx = 0;
   for (const Edge& output_edge : outputs) {
@@ -80,8 +79,52 @@ void GraphTask::init_to_execute(const EdgeList& outputs, bool accumulate_grad) {
     ++info.num_captures_;
     captures_.push_back(by_node[k].second);
   }
-  MutexLock lock(&mutex_);
-  captured_vars_.resize(output_idx);
+  {
+    MutexLock lock(&mutex_);
+    captured_vars_.resize(output_idx);
+  }
+
+  // Iterative depth-first search from the root: a Node is needed if any child should execute.
+  // A child seen before is not searched again, but its verdict still counts for the parent.
+  // Outputs are not pre-marked as seen, since an output may lie on the path to another. No
+  // entry is added here, so the pointers to entries stay valid.
+  struct Frame {
+    Node* fn;
+    ExecInfo* info;
+    size_t next_child = 0;
+  };
+  // Each Node is pushed at most once: the table's size bounds the depth, and one allocation
+  // replaces the doublings of a deep graph.
+  std::vector<Frame> stack;
+  stack.reserve(nodes_in_graph_.size());
+  stack.push_back({&graph_root, &nodes_in_graph_[&graph_root].exec_info_});
+  while (!stack.empty()) {
+    Frame& frame = stack.back();
+    Node* child = nullptr;
+    ExecInfo* child_info = nullptr;
+    while (frame.next_child < frame.fn->num_outputs()) {
+      Node* candidate = frame.fn->next_edge(frame.next_child++).function.get();
+      if (candidate == nullptr) continue;
+      auto it = nodes_in_graph_.find(candidate);
+      if (it == nodes_in_graph_.end()) continue;  // below min_topo_nr: not expanded
+      if (!it->second.seen_by_init_to_execute_) {
+        it->second.seen_by_init_to_execute_ = true;
+        child = candidate;
+        child_info = &it->second.exec_info_;
+        break;
+      }
+      if (it->second.exec_info_.should_execute()) frame.info->needed_ = true;
+    }
+    if (child != nullptr) {
+      // A child older than every output cannot lead to one.
+      if (child->topological_nr() < min_topo_nr) continue;
+      stack.push_back({child, child_info});
+      continue;
+    }
+    const bool execute = frame.info->should_execute();
+    stack.pop_back();
+    if (execute && !stack.empty()) stack.back().info->needed_ = true;
+  }
 }
 
 bool GraphTask::completed() const {

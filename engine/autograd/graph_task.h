@@ -46,11 +46,11 @@ struct GraphTask : std::enable_shared_from_this<GraphTask> {
             std::shared_ptr<ReadyQueue> cpu_ready_queue, bool exit_on_error = false);
   ~GraphTask();
 
-  // Makes exec_info_ apply and marks the outputs' Nodes in it: as needed (accumulate_grad) or
-  // with their captures (grad semantics). Engine::compute_dependencies, which must run next,
-  // then marks the Nodes on a path from the root to them (Note [One walk over the graph]).
-  // Owner thread only, before the first task is queued.
-  void init_to_execute(const EdgeList& outputs, bool accumulate_grad);
+  // Marks in exec_info_ the Nodes on a path from graph_root to an output edge (and records the
+  // captures for grad semantics). Nodes whose topological_nr is below min_topo_nr cannot reach
+  // any output and are not visited.
+  void init_to_execute(Node& graph_root, const EdgeList& outputs, bool accumulate_grad,
+                       uint64_t min_topo_nr);
 
   // Whether the pass is over: no task left, or (with exit_on_error_) an error.
   bool completed() const;
@@ -78,7 +78,7 @@ struct GraphTask : std::enable_shared_from_this<GraphTask> {
   // its dependencies_, not_ready_ buffer and exec_info_: the Engine then pays one hash lookup
   // per edge instead of four, which matters when a Node's whole backward costs less than a
   // microsecond. The table's set of keys is fixed before the first task is queued (by
-  // init_to_execute and compute_dependencies) and never changes during the pass, so entries
+  // compute_dependencies and init_to_execute) and never changes during the pass, so entries
   // can be found without a lock; an entry's dependencies_ and not_ready_ change only under
   // mutex_ (or, in a pass on one thread, on that thread alone: Note [Fewer atomics per Node]),
   // and its exec_info_ is read-only once the pass starts. The table is charged to the
@@ -103,8 +103,8 @@ struct GraphTask : std::enable_shared_from_this<GraphTask> {
     // Whether the Node must run and which of its inputs to capture (grad semantics); unused
     // when every Node in the graph runs (backward() with no inputs, exec_info_used false).
     ExecInfo exec_info_;
-    // compute_dependencies' walk has reached this Node (Note [One walk over the graph]).
-    bool seen_ = false;
+    // init_to_execute's depth-first search has reached this Node.
+    bool seen_by_init_to_execute_ = false;
   };
 
   // Whether exec_info_ applies: false (PyTorch: exec_info_ is empty) when every Node runs.

@@ -124,10 +124,10 @@ TEST(EngineTest, MinTopoNrPrunesSubgraphsThatCannotReachTheOutputs) {
   EXPECT_EQ(unpruned.nodes_in_graph, 1 + 1 + 50 + 1 + 10 + 1);  // + both AccumulateGrads
 }
 
-// Note [One walk over the graph]: 600 roots under one GraphRoot, whose topological_nr (the
-// table's first size) is 3, so the table grows while the walk is inside the GraphRoot; every
-// verdict survives the growth, and w's half, off every path to x, never runs.
-TEST(EngineTest, TheNodeTableGrowsDuringTheWalkAndKeepsItsVerdicts) {
+// 600 roots under one GraphRoot, whose topological_nr (the node table's first size) is 3, so
+// the table grows as compute_dependencies walks; init_to_execute's verdicts are whole, and w's
+// half, off every path to x, never runs.
+TEST(EngineTest, AWideGraphGrowsTheNodeTableAndRunsOnlyWhatLeadsToTheOutputs) {
   Tensor x = Leaf({1, 2});
   Tensor w = Leaf({3, 4});
   TensorList roots;
