@@ -327,7 +327,7 @@ std::shared_ptr<GraphFuture> Engine::execute_with_graph_task(
 //    one thread, also before each task it counts done (another thread may end that pass). So
 //    the count is whole when the owner reads it, after its thread_main returns.
 // And the table entries of the Nodes a Node's gradients go to are prefetched before it runs
-// (Note [A small node table entry]). Measured on fanin_2k backward: 1.00 to 0.89 ms
+// (Note [A small node table entry]). Measured on fanin_2k backward: 1.02 to 0.88 ms
 // (docs/benchmarks.md).
 
 void Engine::thread_main(const std::shared_ptr<GraphTask>& graph_task) {
