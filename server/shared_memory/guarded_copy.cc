@@ -15,6 +15,7 @@
 #endif
 
 #include "absl/strings/str_cat.h"
+#include "engine/util/repeat_bytes.h"
 
 namespace gradserve::server {
 namespace {
@@ -158,9 +159,7 @@ absl::Status SplitGuardedFill(void* dst, const void* element, size_t element_siz
         absl::StrCat("GuardedFill: ", n, " bytes of ", element_size, "-byte elements"));
   }
   alignas(64) char block[kFillBlockBytes];
-  for (size_t i = 0; i < kFillBlockBytes; i += element_size) {
-    std::memcpy(block + i, element, element_size);
-  }
+  RepeatBytes(block, kFillBlockBytes, element, element_size);
   // The pieces start at multiples of 4 KiB, and so of element_size: each starts on an element.
   return SplitOverThreads(n, [&block, out = static_cast<char*>(dst)](size_t begin, size_t end) {
     if (begin == end) return absl::OkStatus();

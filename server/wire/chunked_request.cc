@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/util/repeat_bytes.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/unknown_field_set.h"
@@ -332,12 +333,9 @@ class SliceWriter {
 
   // t's bytes as slices over one block of its value repeated, each slice holding the block.
   void RepeatedBytes(const Tensor& t) {
-    const size_t element = ElementSize(t.dtype());
     const size_t total = t.nbytes();
     auto block = std::make_shared<std::string>(ChunkedResponse::RepeatedBlockBytes(total), '\0');
-    for (size_t at = 0; at < block->size(); at += element) {
-      std::memcpy(block->data() + at, t.raw_data(), element);
-    }
+    RepeatBytes(block->data(), block->size(), t.raw_data(), ElementSize(t.dtype()));
     for (size_t at = 0; at < total; at += block->size()) {
       auto* owner = new std::shared_ptr<std::string>(block);
       slices_->emplace_back(block->data(), std::min(block->size(), total - at), &ReleaseBlock,
