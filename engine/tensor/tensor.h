@@ -32,6 +32,10 @@ namespace gradserve {
 struct TensorImpl {
   TensorImpl(std::shared_ptr<Storage> storage, int64_t storage_offset, Shape shape, Strides strides,
              DType dtype, int64_t numel);
+  // A fresh tensor at offset 0 whose strides the caller computed as the packed row-major ones
+  // (Note [A fresh tensor in one pass] in tensor.cc): contiguous without asking.
+  TensorImpl(std::shared_ptr<Storage> storage, absl::Span<const int64_t> shape,
+             absl::Span<const int64_t> contiguous_strides, DType dtype, int64_t numel);
   ~TensorImpl();
 
   std::shared_ptr<Storage> storage;

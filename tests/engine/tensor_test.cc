@@ -54,6 +54,36 @@ TEST(TensorTest, ContiguityIsKeptFromShapeAndStrides) {
   EXPECT_FALSE(IsContiguous({4, 2}, {1, 4}));
 }
 
+// Note [A fresh tensor in one pass]: the one-pass shapes and the general path's (a zero, a
+// rank over eight) give the strides, count and contiguity that ContiguousStrides, CheckedNumel
+// and IsContiguous give.
+TEST(TensorTest, EmptyGivesThePackedStridesOnEitherPath) {
+  const std::vector<Shape> shapes = {{},
+                                     {8},
+                                     {1},
+                                     {2, 3, 4},
+                                     {1, 1},
+                                     {5, 1, 7},
+                                     {0},
+                                     {2, 0, 4},
+                                     {3, 0},
+                                     {0, 0},
+                                     {1, 2, 1, 2, 1, 2, 1, 2},
+                                     {1, 2, 1, 2, 1, 2, 1, 2, 3},
+                                     {1, 2, 1, 2, 1, 2, 0, 2, 3}};
+  for (const Shape& shape : shapes) {
+    SCOPED_TRACE(ShapeToString(shape));
+    const Tensor t = Tensor::Empty(shape, DType::kFloat64);
+    EXPECT_EQ(t.shape(), shape);
+    EXPECT_EQ(t.strides(), ContiguousStrides(shape));
+    EXPECT_EQ(t.numel(), *CheckedNumel(shape));
+    EXPECT_EQ(t.is_contiguous(), IsContiguous(shape, ContiguousStrides(shape)));
+    EXPECT_EQ(t.nbytes(), static_cast<size_t>(t.numel()) * sizeof(double));
+  }
+  EXPECT_THROW(Tensor::Empty({2, -1}, DType::kFloat32), StatusError);
+  EXPECT_THROW(Tensor::Empty({int64_t{1} << 62, 8}, DType::kFloat32), StatusError);
+}
+
 TEST(TensorTest, EmptyRejectsHugeShapes) {
   EXPECT_THROW(Tensor::Empty({int64_t{1} << 40, int64_t{1} << 30}, DType::kFloat32), StatusError);
 }
