@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -90,7 +91,19 @@ TEST(EstimateInlineCostTest, UnboundedFeaturesGoToThePool) {
   for (const char* op : {"matmul", "expand", "reshape", "conv2d", "checkpoint", "grad", "nope"}) {
     EXPECT_EQ(with_op(op), kUnboundedCost) << op;
   }
-  EXPECT_NE(with_op("add"), kUnboundedCost);
+  // Every inline op, and names that differ from one only in length, a NUL byte or a ninth
+  // byte (the list compares names packed into 8 bytes).
+  for (const char* op :
+       {"add",  "sub",      "mul",   "div",   "pow",  "where", "neg",    "abs",     "sign",
+        "exp",  "log",      "sqrt",  "rsqrt", "sin",  "cos",   "tanh",   "sigmoid", "relu",
+        "gelu", "softplus", "clamp", "sum",   "mean", "amax",  "detach", "hook"}) {
+    EXPECT_NE(with_op(op), kUnboundedCost) << op;
+  }
+  for (const std::string& op :
+       {std::string("ad"), std::string("addd"), std::string("add\0", 4), std::string("\0add", 4),
+        std::string("softplus+"), std::string(), std::string("Add"), std::string(8, '\0')}) {
+    EXPECT_EQ(with_op(op), kUnboundedCost) << absl::CEscape(op);
+  }
 
   v1::GradRequest create_graph = SquareRequest();
   create_graph.mutable_calls(0)->set_create_graph(true);
