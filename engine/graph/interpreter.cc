@@ -232,14 +232,15 @@ const Tensor& Lookup(const Env& env, int64_t slot, const char* role, const std::
 // labeler. Returns how many Nodes it labeled. A hook on a leaf keeps the leaf's AccumulateGrad
 // alive in keep_alive, so that the ops after it, which find it through the leaf, share it and
 // its hook (the leaf holds it weakly). The first given_slots slots of env hold the graph's
-// formal inputs and leaves.
+// formal inputs and leaves. inputs is the caller's list to fill with the op's inputs, kept
+// from op to op so that its buffer is allocated once per graph, not once per op; the caller
+// empties it after each op, so that it holds no value the dropper would free.
 int64_t RunOp(const Op& op, const ops::OpSchema& schema, int64_t index, const std::string& scope,
               const std::shared_ptr<const Program>& program,
               const std::shared_ptr<const OpLabeler>& labeler, Reads& reads, int64_t first_output,
               int64_t given_slots, Env& env,
-              std::vector<std::shared_ptr<autograd::Node>>& keep_alive) {
-  TensorList inputs;
-  inputs.reserve(op.inputs.size());
+              std::vector<std::shared_ptr<autograd::Node>>& keep_alive, TensorList& inputs) {
+  inputs.clear();
   for (const std::string& name : op.inputs) {
     inputs.push_back(Lookup(env, reads.Next(), "input", name));
   }
@@ -389,6 +390,7 @@ int64_t RunOps(const std::shared_ptr<const Graph>& graph, const ValueSlots& slot
                const std::string& scope, const std::shared_ptr<const Program>& program, Env& env,
                int64_t first, ValueDropper* dropper) {
   std::vector<std::shared_ptr<autograd::Node>> keep_alive;
+  TensorList inputs;  // each op's, in turn (RunOp)
   const auto labeler = std::make_shared<const OpLabeler>(graph, scope);
   Reads reads(slots);
   const int64_t given_slots =
@@ -423,7 +425,8 @@ int64_t RunOps(const std::shared_ptr<const Graph>& graph, const ValueSlots& slot
         }
       }
       nodes += RunOp(op, *slots.schemas[i], static_cast<int64_t>(i), scope, program, labeler, reads,
-                     next_slot, given_slots, env, keep_alive);
+                     next_slot, given_slots, env, keep_alive, inputs);
+      inputs.clear();
     } catch (const StatusError& e) {
       ThrowStatus(in_context(e.status()));
     } catch (const std::bad_alloc&) {
