@@ -470,7 +470,11 @@ class Census {
   Census(const graph::Limits& limits, const TensorSources& sources)
       : limits_(limits), sources_(sources) {}
 
-  absl::Status CountGraph(const v1::Graph& g, int64_t depth, const std::string& scope) {
+  // strings_known: g has the structure of a graph this census passed under the same limits
+  // (FromProto's same_structure, which SameStructure compared string for string), so its
+  // names and its ops' strings are not checked again; its leaves' values are counted as ever.
+  absl::Status CountGraph(const v1::Graph& g, int64_t depth, const std::string& scope,
+                          bool strings_known = false) {
     if (depth > limits_.max_nesting) {
       return absl::ResourceExhaustedError(
           absl::StrCat(scope, "checkpoint bodies nest deeper than the limit of ",
@@ -487,22 +491,26 @@ class Census {
           absl::StrCat("the graph has more than ", limits_.max_ops, " ops (--max_ops)"));
     }
     const char* graph_kind = depth == 0 ? "graph" : "body";
-    if (absl::Status s = CheckStrings(g.inputs(), limits_,
-                                      [&] { return absl::StrCat(scope, graph_kind, " input"); });
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = CheckStrings(g.outputs(), limits_,
-                                      [&] { return absl::StrCat(scope, graph_kind, " output"); });
-        !s.ok()) {
-      return s;
+    if (!strings_known) {
+      if (absl::Status s = CheckStrings(g.inputs(), limits_,
+                                        [&] { return absl::StrCat(scope, graph_kind, " input"); });
+          !s.ok()) {
+        return s;
+      }
+      if (absl::Status s = CheckStrings(g.outputs(), limits_,
+                                        [&] { return absl::StrCat(scope, graph_kind, " output"); });
+          !s.ok()) {
+        return s;
+      }
     }
     for (int i = 0; i < g.leaves_size(); ++i) {
       const v1::Leaf& leaf = g.leaves(i);
-      if (absl::Status s = CheckString(leaf.name(), limits_,
-                                       [&] { return absl::StrCat(scope, "leaf #", i, ": name"); });
-          !s.ok()) {
-        return s;
+      if (!strings_known) {
+        if (absl::Status s = CheckString(
+                leaf.name(), limits_, [&] { return absl::StrCat(scope, "leaf #", i, ": name"); });
+            !s.ok()) {
+          return s;
+        }
       }
       if (absl::Status s = CountTensor(
               leaf.value(), [&] { return absl::StrCat(scope, "leaf ", Quote(leaf.name())); });
@@ -512,7 +520,9 @@ class Census {
     }
     for (int i = 0; i < g.ops_size(); ++i) {
       const v1::Op& op = g.ops(i);
-      if (absl::Status s = CheckOpStrings(op, i, limits_, scope); !s.ok()) return s;
+      if (!strings_known) {
+        if (absl::Status s = CheckOpStrings(op, i, limits_, scope); !s.ok()) return s;
+      }
       if (!op.has_body()) continue;
       if (absl::Status s =
               CountGraph(op.body(), depth + 1,
@@ -864,7 +874,11 @@ absl::StatusOr<EngineRequest> FromProto(const v1::GradRequest& request, const gr
   }
   Census census(limits, sources);
   std::vector<Destinations> destinations;
-  if (absl::Status s = census.CountGraph(request.graph(), 0, ""); !s.ok()) return s;
+  if (absl::Status s = census.CountGraph(request.graph(), 0, "",
+                                         /*strings_known=*/same_structure != nullptr);
+      !s.ok()) {
+    return s;
+  }
   for (int c = 0; c < request.calls_size(); ++c) {
     const v1::BackwardCall& call = request.calls(c);
     if (absl::Status s = CheckCallStrings(call, c, limits); !s.ok()) return s;

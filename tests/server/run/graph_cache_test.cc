@@ -125,6 +125,29 @@ TEST(GraphLeaseTest, BadValuesInAReusedGraphFailAsInANewOne) {
   EXPECT_EQ(after.grad, Fresh(Request("bad_", 3)).grad);
 }
 
+// A reused graph's names are not checked again (Census's strings_known): they are the kept
+// graph's, which passed under the same limits. Under other limits nothing is reused, so a name
+// over a tighter limit is refused as in a new graph.
+TEST(GraphLeaseTest, NamesCheckedOnceAreNotCheckedAgainOnlyUnderTheSameLimits) {
+  const std::string prefix = std::string(40, 'n') + "_";
+  const graph::Limits roomy;
+  ASSERT_GT(roomy.max_name_bytes, 64);
+  ASSERT_TRUE(RunLeased(Request(prefix), roomy).status.ok());
+  const Outcome reused = RunLeased(Request(prefix, 2), roomy);
+  EXPECT_TRUE(reused.reused);
+  ASSERT_TRUE(reused.status.ok()) << reused.status;
+  EXPECT_EQ(reused.grad, Fresh(Request(prefix, 2), roomy).grad);
+
+  graph::Limits tight = roomy;
+  tight.max_name_bytes = 16;
+  for (int i = 0; i < 2; ++i) {
+    const Outcome refused = RunLeased(Request(prefix, 2), tight);
+    EXPECT_FALSE(refused.reused);
+    EXPECT_EQ(refused.status.code(), absl::StatusCode::kInvalidArgument) << refused.status;
+    EXPECT_EQ(refused.status, Fresh(Request(prefix, 2), tight).status);
+  }
+}
+
 TEST(GraphLeaseTest, KeepsOnlyWhatQualifies) {
   graph::Limits other;
   other.max_ops = 1000;
