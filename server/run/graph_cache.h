@@ -10,10 +10,11 @@
 // it. A request whose graph has its structure (SameStructure in server/wire/wire.h: the same leaf
 // names and flags, the same ops with the same names, attributes and flags) takes it: only the
 // leaves' values are built from the wire, into it, and checked (ValidateLeafValues), and it is
-// recorded with the kept slots (RecordedGraph::RecordValidated). Everything Validate's verdict
-// depends on is compared, under the same limits, and the one thing that is not compared, the
-// leaves' values, is checked again, so a request gets the same errors and the same gradients
-// from a reused graph as from a new one.
+// recorded with the kept slots (RecordedGraph::RecordValidated), and FromProto's census does not
+// check its names against max_name_bytes again (they are the kept graph's, checked under the
+// same limits). Everything Validate's verdict depends on is compared, under the same limits,
+// and the one thing that is not compared, the leaves' values, is checked again, so a request
+// gets the same errors and the same gradients from a reused graph as from a new one.
 //
 // The ops are most of that comparison (about 2.5k of the 3k instructions of a ten-op graph),
 // and a client that repeats a graph repeats its ops' bytes (Note [Ops parsed once] in
