@@ -76,9 +76,9 @@ TensorImpl::~TensorImpl() = default;
 // tensors this function is a sizeable part of a request (about 500 instructions a tensor, 18
 // tensors in grad_tiny). The common shape has no zero and no product near 2^63: its element
 // count and its packed strides come out of one pass, and the tensor is known to be contiguous
-// without asking IsContiguous. A shape with a zero (or a negative size, or a product that
-// overflows) takes the general path, whose checks and error messages (CheckedNumel) are the
-// reference; both give the same tensor.
+// without asking IsContiguous. A shape with a zero (or a negative size, a product that
+// overflows, or a rank over kOnePassRank) takes the general path, whose checks and error messages
+// (CheckedNumel) are the reference; both give the same tensor.
 constexpr size_t kOnePassRank = 8;
 
 Tensor Tensor::Empty(absl::Span<const int64_t> shape, DType dtype, Device device) {
@@ -99,6 +99,8 @@ Tensor Tensor::Empty(absl::Span<const int64_t> shape, DType dtype, Device device
     ThrowStatus(absl::InvalidArgumentError(
         absl::StrCat("shape ", ShapeToString(shape), " needs more bytes than memory can hold")));
   }
+  // DeviceRegistry::allocator answers kCPU too, but through Get() and a call in another file:
+  // asked here first, the host's is about 0.5k instructions fewer in a grad_tiny request.
   Allocator* allocator = device.is_cpu() ? CpuAllocator() : DeviceRegistry::Get().allocator(device);
   auto storage = std::make_shared<Storage>(nbytes, allocator, budget);
   if (one_pass) {

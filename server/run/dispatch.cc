@@ -55,7 +55,7 @@ bool IsInlineOp(const std::string& name) {
     case PackName("detach"):
     case PackName("hook"):
       return true;
-    default:  // 0 (not packable) among them
+    default:  // and 0, the packing of a name no inline op has
       return false;
   }
 }
