@@ -233,24 +233,37 @@ Tensor AsFloating(const Tensor& input) {
   return IsFloating(input.dtype()) ? input : input.To(DType::kFloat32);
 }
 
-// The operands of a binary op, promoted to their result dtype by differentiable casts.
+// The operands of a binary op, promoted to their result dtype by differentiable casts. An
+// operand already of that dtype (most) is not copied: input and other refer to the caller's
+// tensors, which must outlive this (no temporaries), and so it is neither copied nor moved.
 struct Promoted {
-  Tensor input;
-  Tensor other;
-  DType dtype;
-  Shape shape;
-};
+  Promoted(const char* op, const char* arg_a, const Tensor& a, const char* arg_b, const Tensor& b)
+      : dtype(CheckedResultType(op, arg_a, a, arg_b, b)),
+        shape(BroadcastShapesOrThrow(op, a.shape(), b.shape())),
+        input_cast(a.dtype() == dtype ? Tensor() : to(a, dtype)),
+        other_cast(b.dtype() == dtype ? Tensor() : to(b, dtype)),
+        input(input_cast.defined() ? input_cast : a),
+        other(other_cast.defined() ? other_cast : b) {}
+  Promoted(const Promoted&) = delete;
+  Promoted& operator=(const Promoted&) = delete;
 
-Promoted Promote(const char* op, const char* arg_a, const Tensor& a, const char* arg_b,
-                 const Tensor& b) {
-  CheckInput(op, arg_a, a);
-  CheckInput(op, arg_b, b);
-  RequireSameDevice(op, arg_a, a, arg_b, b);
-  Shape shape = BroadcastShapesOrThrow(op, a.shape(), b.shape());
-  // Operands of one dtype (most) keep it, whatever their ranks.
-  const DType dtype = a.dtype() == b.dtype() ? a.dtype() : ResultType({&a, &b});
-  return {to(a, dtype), to(b, dtype), dtype, std::move(shape)};
-}
+  // Checks both operands and their devices; their result dtype.
+  static DType CheckedResultType(const char* op, const char* arg_a, const Tensor& a,
+                                 const char* arg_b, const Tensor& b) {
+    CheckInput(op, arg_a, a);
+    CheckInput(op, arg_b, b);
+    RequireSameDevice(op, arg_a, a, arg_b, b);
+    // Operands of one dtype (most) keep it, whatever their ranks.
+    return a.dtype() == b.dtype() ? a.dtype() : ResultType({&a, &b});
+  }
+
+  const DType dtype;
+  const Shape shape;
+  const Tensor input_cast;  // defined only when a was cast
+  const Tensor other_cast;  // defined only when b was cast
+  const Tensor& input;
+  const Tensor& other;
+};
 
 // The operand of a unary op with a Python float scalar, converted to the result dtype
 // (float32 for int64 and bool; no gradient flows through that conversion).
@@ -339,7 +352,7 @@ struct Affine {
 // into: an in-place op's self (Note [In-place ops]); null for a new output.
 Tensor AddImpl(const char* op, const char* node_name, const Tensor& input, const Tensor& other,
                double alpha, const Tensor* into = nullptr) {
-  Promoted p = Promote(op, "input", input, "other", other);
+  Promoted p(op, "input", input, "other", other);
   if (p.dtype == DType::kBool) {
     GS_CHECK_ARG(into == nullptr, op, ": bool operands are not supported in place");
     // bool + bool is logical or, as in PyTorch: add as int64 and read back as bool.
@@ -414,7 +427,7 @@ TensorList MulFormula(const ElementwiseBackward& n, const Tensor& g) {
 
 // mul and mul_ (into: self, Note [In-place ops]).
 Tensor MulImpl(const char* op, const Tensor& input, const Tensor& other, const Tensor* into) {
-  Promoted p = Promote(op, "input", input, "other", other);
+  Promoted p(op, "input", input, "other", other);
   if (p.dtype == DType::kBool) {
     GS_CHECK_ARG(into == nullptr, op, ": bool operands are not supported in place");
     // bool * bool is logical and.
@@ -535,8 +548,9 @@ Tensor DivImpl(const char* op, const Tensor& input, const Tensor& other, const T
   CheckInput(op, "other", other);
   // True division: integers and bools divide as float32 (they carry no gradient).
   const bool integral = !IsFloating(ResultType({&input, &other}));
-  Promoted p = integral ? Promote(op, "input", AsFloating(input), "other", AsFloating(other))
-                        : Promote(op, "input", input, "other", other);
+  const Tensor float_input = integral ? AsFloating(input) : Tensor();
+  const Tensor float_other = integral ? AsFloating(other) : Tensor();
+  Promoted p(op, "input", integral ? float_input : input, "other", integral ? float_other : other);
   Tensor out = MapSameDTypeInto<true>(into, op, p.shape, Divide{}, p.input, p.other);
   if (auto node = Record(out, {p.input, p.other}, "DivBackward0", &DivFormula)) {
     if (node->Needs(1)) node->saved[0] = SavedVariable(p.input, false);
@@ -706,7 +720,7 @@ struct PowScalar {
 Tensor pow(const Tensor& input, const Tensor& exponent) {
   RequireNotBool("pow", "input", input);
   RequireNotBool("pow", "exponent", exponent);
-  Promoted p = Promote("pow", "input", input, "exponent", exponent);
+  Promoted p("pow", "input", input, "exponent", exponent);
   if (p.dtype == DType::kInt64) {
     GS_CHECK_ARG(!AnyNegative(p.other), "pow: integers to negative integer powers are not allowed");
   }
@@ -1254,7 +1268,7 @@ Tensor where(const Tensor& condition, const Tensor& input, const Tensor& other) 
   GS_CHECK_ARG(condition.dtype() == DType::kBool, "where: condition must be bool, got ",
                DTypeName(condition.dtype()));
   RequireSameDevice("where", "condition", condition, "input", input);
-  Promoted p = Promote("where", "input", input, "other", other);
+  Promoted p("where", "input", input, "other", other);
   const Shape shape = BroadcastShapesOrThrow("where", condition.shape(), p.shape);
   Tensor out = Tensor::Empty(shape, p.dtype, p.input.device());
   DispatchDType(p.dtype, [&](auto tag) {
