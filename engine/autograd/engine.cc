@@ -248,8 +248,13 @@ std::shared_ptr<GraphFuture> Engine::execute_with_graph_task(
     const std::shared_ptr<GraphTask>& graph_task, std::shared_ptr<Node> graph_root,
     InputBuffer input_buffer) {
   graph_task->owner_ = worker_device == kNoDevice ? kCpuDevice : worker_device;
-  if (graph_task->cancel_ != nullptr) {
-    // A cancel fails the pass at once and wakes its owner, which may be waiting for a device.
+  // A cancel fails the pass at once and wakes its owner, which may be waiting for a device. A
+  // pass on one thread (one_thread_: every Node on the host) has no owner to wake: the thread
+  // that runs it only waits for its own queue, which holds the pass's next task until the pass
+  // is done, and it checks the token before every Node (thread_main) as the kernels check it
+  // inside long ops. So such a pass registers nothing, sparing each pass (each small request's
+  // call) a callback's allocation and two locks of the token.
+  if (graph_task->cancel_ != nullptr && !graph_task->one_thread_) {
     std::weak_ptr<GraphTask> weak = graph_task;
     graph_task->cancel_callback_id_ = graph_task->cancel_->AddCallback([this, weak] {
       std::shared_ptr<GraphTask> task = weak.lock();

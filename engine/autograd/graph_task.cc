@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/algorithm/container.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/numeric/bits.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -58,7 +59,7 @@ void GraphTask::init_to_execute(Node& graph_root, const EdgeList& outputs, bool 
   // reach still gets an entry; it never receives an input. A Node's captures are one range of
   // captures_ (Note [A small node table entry]): the outputs' captures, sorted by Node (stably,
   // so each Node's keep the outputs' order), each run of one Node's its range.
-  std::vector<std::pair<Node*, ExecInfo::Capture>> by_node;
+  absl::InlinedVector<std::pair<Node*, ExecInfo::Capture>, 4> by_node;
   uint32_t output_idx = 0;
   for (const Edge& output_edge : outputs) {
     Node* fn = output_edge.function.get();
@@ -68,8 +69,10 @@ void GraphTask::init_to_execute(Node& graph_root, const EdgeList& outputs, bool 
       by_node.push_back({fn, {output_edge.input_nr, output_idx++}});
     }
   }
-  absl::c_stable_sort(
-      by_node, [](const auto& a, const auto& b) { return std::less<Node*>()(a.first, b.first); });
+  if (by_node.size() > 1) {  // (std::stable_sort takes a buffer from the heap even for one)
+    absl::c_stable_sort(
+        by_node, [](const auto& a, const auto& b) { return std::less<Node*>()(a.first, b.first); });
+  }
   captures_.reserve(by_node.size());
   for (size_t k = 0; k < by_node.size(); ++k) {
     ExecInfo& info = nodes_in_graph_[by_node[k].first].exec_info_;
