@@ -9,7 +9,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/autograd/autograd.h"
@@ -142,10 +144,18 @@ class ValueDropper {
  public:
   static constexpr int64_t kDropAboveBytes = int64_t{1} << 20;
 
-  // slots, keep_only and budget (the request's) must outlive this.
+  // slots, keep_only and budget (the request's) must outlive this. chains: whether the
+  // values it drops may be left out altogether (Note [Elementwise chains] in
+  // engine/ops/elementwise.h).
   ValueDropper(const ValueSlots& slots, const std::vector<absl::string_view>& keep_only,
-               const MemoryBudget& budget)
-      : slots_(slots), keep_only_(keep_only), budget_(budget), next_(slots.last_reads.begin()) {}
+               const MemoryBudget& budget, bool chains)
+      : slots_(slots),
+        keep_only_(keep_only),
+        budget_(budget),
+        chains_(chains),
+        next_(slots.last_reads.begin()) {}
+
+  bool chains() const { return chains_; }
 
   // After op i ran: drops the values it read last, unless kept.
   void AfterOp(int64_t i, Env& env) {
@@ -187,6 +197,7 @@ class ValueDropper {
   const ValueSlots& slots_;
   const std::vector<absl::string_view>& keep_only_;
   const MemoryBudget& budget_;
+  const bool chains_;
   std::vector<std::pair<int64_t, int64_t>>::const_iterator next_;
   std::vector<bool> kept_;  // by slot, made on the first drop
 };
@@ -386,6 +397,93 @@ int64_t RunScaledSum(const Graph& graph, size_t i, const std::shared_ptr<const O
   return labeled;
 }
 
+// Whether graph differentiates inside itself (in-graph grad, checkpoint bodies), where a Node
+// may be differentiated again.
+bool HasNestedBackward(const Graph& graph) {
+  return absl::c_any_of(graph.ops,
+                        [](const Op& op) { return op.body != nullptr || op.op == kGradOp; });
+}
+
+// The chain op that graph op `op` is, with its tensor operands alone, if any.
+std::optional<ops::ChainOp> AsChainOp(const Op& op) {
+  if (op.no_grad || op.body != nullptr || op.outputs.size() != 1 || !op.attrs.values().empty()) {
+    return std::nullopt;
+  }
+  std::optional<ops::ChainOp> chain_op = ops::ChainOpNamed(op.op);
+  if (!chain_op || static_cast<int>(op.inputs.size()) != ops::ChainOpArity(*chain_op)) {
+    return std::nullopt;
+  }
+  return chain_op;
+}
+
+// Runs ops i, i + 1, ... as one chain (Note [Elementwise chains] in engine/ops/elementwise.h)
+// while each op after the first reads the one before it, which nothing else reads and no
+// name keeps (the dropper's verdict), and the chain's tensors qualify. Then takes the ops'
+// reads, binds the last op's output in env (from first_output on, one slot per op) and leaves
+// the others undefined, as dropping them would; sets *labeled to the Nodes the ops would have
+// recorded, and returns how many ops ran. Returns 0, having done nothing, when fewer than two
+// ops qualify.
+int64_t RunElementwiseChain(const Graph& graph, size_t i,
+                            const std::shared_ptr<const OpLabeler>& labeler, Reads& reads,
+                            int64_t first_output, Env& env, ValueDropper& dropper,
+                            int64_t* labeled) {
+  std::optional<ops::ChainOp> first = AsChainOp(graph.ops[i]);
+  if (!first || i + 1 >= graph.ops.size()) return 0;
+  // Each operand is checked as it is taken: a long graph of ops that no chain takes costs one
+  // look at each op's first operand.
+  Reads ahead = reads;
+  const Tensor& head = env[static_cast<size_t>(ahead.Next())];
+  if (!ops::FitsChain(head, head)) return 0;
+  absl::InlinedVector<ops::ChainLink, 16> links;
+  links.push_back({*first, 0, Tensor()});
+  if (ops::ChainOpArity(*first) == 2) {
+    links.back().other = env[static_cast<size_t>(ahead.Next())];
+    if (!ops::FitsChain(links.back().other, head)) return 0;
+  }
+  // Every op's output goes in one buffer (RunChain), no bigger than one tensor may be.
+  size_t max_links = ops::kMaxChainOps;
+  if (const auto& budget = CurrentMemoryBudget(); budget != nullptr) {
+    max_links = static_cast<size_t>(
+        std::min<int64_t>(ops::kMaxChainOps, budget->max_tensor_elements() / head.numel()));
+  }
+  for (size_t j = i + 1; j < graph.ops.size() && links.size() < max_links; ++j) {
+    const Op& op = graph.ops[j];
+    std::optional<ops::ChainOp> chain_op = AsChainOp(op);
+    const int64_t previous = first_output + static_cast<int64_t>(j - i - 1);
+    if (!chain_op || !dropper.DropsAfter(static_cast<int64_t>(j), previous)) break;
+    Reads link_reads = ahead;
+    ops::ChainLink link{*chain_op, -1, Tensor()};
+    for (size_t k = 0; k < op.inputs.size(); ++k) {
+      const int64_t slot = link_reads.Next();
+      if (slot != previous) {
+        link.other = env[static_cast<size_t>(slot)];
+        if (!ops::FitsChain(link.other, head)) {
+          link.chain_operand = -1;
+          break;
+        }
+      } else if (link.chain_operand < 0) {
+        link.chain_operand = static_cast<int>(k);
+      } else {
+        link.chain_operand = -1;  // read twice: not a chain's
+        break;
+      }
+    }
+    if (link.chain_operand < 0) break;
+    links.push_back(std::move(link));
+    ahead = link_reads;
+  }
+  if (links.size() < 2) return 0;
+  const size_t last = i + links.size() - 1;
+  OutputNamesScope output_names(&graph.ops[last].outputs);
+  Tensor out = ops::RunChain(head, links, labeled);
+  if (!out.defined()) return 0;
+  reads = ahead;
+  if (*labeled > 0) out.grad_fn()->set_label(labeler, static_cast<int64_t>(last));
+  out.set_name(graph.ops[last].outputs[0]);
+  env[static_cast<size_t>(first_output) + links.size() - 1] = std::move(out);
+  return static_cast<int64_t>(links.size());
+}
+
 int64_t RunOps(const std::shared_ptr<const Graph>& graph, const ValueSlots& slots,
                const std::string& scope, const std::shared_ptr<const Program>& program, Env& env,
                int64_t first, ValueDropper* dropper) {
@@ -412,6 +510,18 @@ int64_t RunOps(const std::shared_ptr<const Graph>& graph, const ValueSlots& slot
       return absl::StartsWith(status.message(), context) ? status : WithContext(status, context);
     };
     try {
+      if (dropper != nullptr && dropper->chains()) {
+        int64_t labeled = 0;
+        if (const int64_t ran =
+                RunElementwiseChain(*graph, i, labeler, reads, next_slot, env, *dropper, &labeled);
+            ran > 0) {
+          nodes += labeled;
+          next_slot += ran;
+          for (int64_t j = 0; j < ran; ++j) dropper->AfterOp(static_cast<int64_t>(i) + j, env);
+          i += static_cast<size_t>(ran - 1);
+          continue;
+        }
+      }
       if (dropper != nullptr) {
         if (const int64_t labeled =
                 RunScaledSum(*graph, i, labeler, reads, next_slot, env, *dropper);
@@ -490,7 +600,8 @@ class Interpreter {
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
       const std::shared_ptr<const Graph>& shared_graph, std::shared_ptr<const ValueSlots> slots,
       const Limits& limits, std::shared_ptr<CancellationToken> cancel,
-      const std::vector<absl::string_view>* keep_only, std::shared_ptr<MemoryBudget> budget) {
+      const std::vector<absl::string_view>* keep_only, std::shared_ptr<MemoryBudget> budget,
+      bool elementwise_chains) {
     const Graph& graph = *shared_graph;
     std::unique_ptr<RecordedGraph> recorded(new RecordedGraph);
     recorded->graph_ = shared_graph;
@@ -520,7 +631,8 @@ class Interpreter {
       // Note [Values freed after their last use].
       std::optional<ValueDropper> dropper;
       if (keep_only != nullptr && !recorded->slots_->writes_in_place) {
-        dropper.emplace(*recorded->slots_, *keep_only, *recorded->budget_);
+        dropper.emplace(*recorded->slots_, *keep_only, *recorded->budget_,
+                        elementwise_chains && !HasNestedBackward(graph));
       }
       recorded->num_nodes_ = RunOps(shared_graph, *recorded->slots_, "", program, recorded->values_,
                                     0, dropper.has_value() ? &*dropper : nullptr);
@@ -676,20 +788,21 @@ class Interpreter {
 absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(
     std::shared_ptr<const Graph> graph, const Limits& limits,
     std::shared_ptr<CancellationToken> cancel, const std::vector<absl::string_view>* keep_only,
-    std::shared_ptr<MemoryBudget> budget) {
+    std::shared_ptr<MemoryBudget> budget, bool elementwise_chains) {
   absl::StatusOr<std::unique_ptr<const ValueSlots>> slots = Validate(*graph, limits);
   if (!slots.ok()) return slots.status();
   return Interpreter::Record(graph, *std::move(slots), limits, std::move(cancel), keep_only,
-                             std::move(budget));
+                             std::move(budget), elementwise_chains);
 }
 
 absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::RecordValidated(
     std::shared_ptr<const Graph> graph, std::shared_ptr<const ValueSlots> slots,
     const Limits& limits, std::shared_ptr<CancellationToken> cancel,
-    const std::vector<absl::string_view>* keep_only, std::shared_ptr<MemoryBudget> budget) {
+    const std::vector<absl::string_view>* keep_only, std::shared_ptr<MemoryBudget> budget,
+    bool elementwise_chains) {
   if (absl::Status s = ValidateLeafValues(*graph, limits); !s.ok()) return s;
   return Interpreter::Record(graph, std::move(slots), limits, std::move(cancel), keep_only,
-                             std::move(budget));
+                             std::move(budget), elementwise_chains);
 }
 
 absl::StatusOr<std::unique_ptr<RecordedGraph>> RecordedGraph::Record(

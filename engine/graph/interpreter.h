@@ -106,11 +106,15 @@ class RecordedGraph {
   // With keep_only, the values that none of its names name are dropped after their last read
   // (Note [Values freed after their last use]); names that are no value are ignored.
   // budget, if given, is RequestBudget(limits), made by the caller (above).
+  // elementwise_chains, with keep_only, lets runs of elementwise ops whose values keep_only
+  // does not name run as one (Note [Elementwise chains] in engine/ops/elementwise.h): the
+  // caller's promise that at most one backward call will run, without create_graph or anomaly
+  // mode.
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
       std::shared_ptr<const Graph> graph, const Limits& limits,
       std::shared_ptr<CancellationToken> cancel = nullptr,
       const std::vector<absl::string_view>* keep_only = nullptr,
-      std::shared_ptr<MemoryBudget> budget = nullptr);
+      std::shared_ptr<MemoryBudget> budget = nullptr, bool elementwise_chains = false);
   // The same on a copy of graph.
   static absl::StatusOr<std::unique_ptr<RecordedGraph>> Record(
       const Graph& graph, const Limits& limits,
@@ -124,7 +128,7 @@ class RecordedGraph {
       std::shared_ptr<const Graph> graph, std::shared_ptr<const ValueSlots> slots,
       const Limits& limits, std::shared_ptr<CancellationToken> cancel = nullptr,
       const std::vector<absl::string_view>* keep_only = nullptr,
-      std::shared_ptr<MemoryBudget> budget = nullptr);
+      std::shared_ptr<MemoryBudget> budget = nullptr, bool elementwise_chains = false);
 
   // Frees the saved tensors of a graph that wrote in place (Note [Cycles through in-place
   // writes] in interpreter.cc).

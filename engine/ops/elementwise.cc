@@ -1,5 +1,6 @@
 #include "engine/ops/elementwise.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -19,6 +20,7 @@
 #include "engine/ops/inplace.h"
 #include "engine/ops/op_registry.h"
 #include "engine/ops/record.h"
+#include "engine/tensor/memory_budget.h"
 #include "engine/util/quote.h"
 #include "engine/util/wrapping.h"
 
@@ -1772,6 +1774,258 @@ void RegisterUnary(OpRegistry& registry) {
 }
 
 }  // namespace
+
+// --- Chains of elementwise ops (Note [Elementwise chains]) ---
+
+namespace {
+
+// out[i] = fn(a[i]) or fn(a[i], b[i]) over n elements; out may be a (read before written).
+template <typename T, typename Fn>
+void MapN(T* out, int64_t n, const Fn& fn, const T* a) {
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(fn(a[i]));
+}
+template <typename T, typename Fn>
+void MapN(T* out, int64_t n, const Fn& fn, const T* a, const T* b) {
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(fn(a[i], b[i]));
+}
+
+// The functor each forward op runs, as its op picks it (sub: AddImpl's PlusScaled of -1).
+template <typename T>
+void ChainStepForward(ChainOp op, T* out, int64_t n, const T* a, const T* b) {
+  switch (op) {
+    case ChainOp::kAdd:
+      return MapN(out, n, Plus{}, a, b);
+    case ChainOp::kSub:
+      return MapN(out, n, PlusScaled{-1.0}, a, b);
+    case ChainOp::kMul:
+      return MapN(out, n, Times{}, a, b);
+    case ChainOp::kNeg:
+      return MapN(out, n, Negate{}, a);
+    case ChainOp::kExp:
+      return MapN(out, n, ExpOf{}, a);
+    case ChainOp::kTanh:
+      return MapN(out, n, TanhOf{}, a);
+    case ChainOp::kSigmoid:
+      return MapN(out, n, SigmoidOf{}, a);
+    case ChainOp::kSin:
+      return MapN(out, n, SinOf{}, a);
+    case ChainOp::kCos:
+      return MapN(out, n, CosOf{}, a);
+    case ChainOp::kRelu:
+      return MapN(out, n, ReluOf{}, a);
+  }
+}
+
+// Note [Elementwise chains]. saved: head, then each binary op's other operand; values: every
+// op's output, one row each. A link's operands are (chain value, other) in the order of
+// chain_operand.
+class ElementwiseChainBackward final : public autograd::Node {
+ public:
+  TensorList apply(TensorList&& grads) override {
+    GS_CHECK_INTERNAL(!autograd::GradMode::is_enabled(),
+                      "an elementwise chain cannot be differentiated again (Note [Elementwise "
+                      "chains])");
+    TensorList r(num_outputs());
+    if (!grads[0].defined()) return r;
+    const Tensor head = saved_head.unpack(this);
+    const Tensor values = saved_values.unpack(this);
+    // The gradient of the chain's value, updated op by op from the last.
+    const Tensor g = grads[0].Clone();
+    DispatchFloating(g.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      Backward<T>(head, values, g, r);
+    });
+    return r;
+  }
+  std::string name() const override { return "ElementwiseChainBackward"; }
+  void release_variables() override {
+    saved_head.reset();
+    saved_values.reset();
+    for (Link& link : links) link.other.reset();
+  }
+
+  struct Link {
+    ChainOp op;
+    int chain_operand;
+    SavedVariable other;  // binary ops
+    int edge = -1;        // the next edge of other's gradient; -1 for none
+  };
+  std::vector<Link> links;
+  SavedVariable saved_head;
+  SavedVariable saved_values;
+  int head_edge = 0;  // the next edge of the head's gradient
+
+ private:
+  template <typename T>
+  void Backward(const Tensor& head, const Tensor& values, const Tensor& g, TensorList& r) const {
+    const int64_t n = g.numel();
+    T* gv = g.data<T>();
+    const T* rows = values.data<T>();
+    for (size_t j = links.size(); j-- > 0;) {
+      const Link& link = links[j];
+      const T* in = j == 0 ? head.data<T>() : rows + static_cast<int64_t>(j - 1) * n;
+      const T* out = rows + static_cast<int64_t>(j) * n;
+      if (link.edge >= 0) {
+        // The other operand's gradient, as the op's formula makes it.
+        const Tensor other = link.other.unpack(this);
+        if (should_compute_output(static_cast<size_t>(link.edge))) {
+          Tensor d = Tensor::Empty(g.shape(), g.dtype());
+          T* dv = d.data<T>();
+          const bool other_first = link.chain_operand == 1;
+          switch (link.op) {
+            case ChainOp::kAdd:
+              std::copy(gv, gv + n, dv);
+              break;
+            case ChainOp::kSub:  // input gets g, other gets Scale(g, -1)
+              if (other_first) {
+                std::copy(gv, gv + n, dv);
+              } else {
+                MapN(dv, n, Affine{-1.0, 0.0}, static_cast<const T*>(gv));
+              }
+              break;
+            case ChainOp::kMul:  // each operand gets g times the other
+              MapN(dv, n, Times{}, static_cast<const T*>(gv), in);
+              break;
+            default:
+              GS_CHECK_INTERNAL(false, "a unary chain op has no other operand");
+          }
+          r[static_cast<size_t>(link.edge)] = std::move(d);
+        }
+        if (link.op == ChainOp::kMul) {
+          MapN(gv, n, Times{}, static_cast<const T*>(gv), other.data<T>());
+        } else if (link.op == ChainOp::kSub && link.chain_operand == 1) {
+          MapN(gv, n, Affine{-1.0, 0.0}, static_cast<const T*>(gv));
+        }
+        continue;
+      }
+      switch (link.op) {
+        case ChainOp::kNeg:
+          MapN(gv, n, Negate{}, static_cast<const T*>(gv));
+          break;
+        case ChainOp::kExp:
+          MapN(gv, n, Times{}, static_cast<const T*>(gv), out);
+          break;
+        case ChainOp::kTanh:
+          MapN(gv, n, TanhGrad{}, static_cast<const T*>(gv), out);
+          break;
+        case ChainOp::kSigmoid:
+          MapN(gv, n, SigmoidGrad{}, static_cast<const T*>(gv), out);
+          break;
+        case ChainOp::kSin:
+          MapN(gv, n, SinGrad{}, static_cast<const T*>(gv), in);
+          break;
+        case ChainOp::kCos:
+          MapN(gv, n, CosGrad{}, static_cast<const T*>(gv), in);
+          break;
+        case ChainOp::kRelu:
+          MapN(gv, n, ReluGrad{}, static_cast<const T*>(gv), out);
+          break;
+        default:
+          break;  // add, sub and mul: above
+      }
+    }
+    if (should_compute_output(static_cast<size_t>(head_edge))) {
+      r[static_cast<size_t>(head_edge)] = g;
+    }
+  }
+};
+
+}  // namespace
+
+bool FitsChain(const Tensor& t, const Tensor& head) {
+  return t.defined() && head.defined() &&
+         (head.dtype() == DType::kFloat32 || head.dtype() == DType::kFloat64) &&
+         t.dtype() == head.dtype() && t.device().is_cpu() && t.is_contiguous() && t.numel() > 0 &&
+         t.numel() <= kMaxChainElements && SameShape(t.shape(), head.shape());
+}
+
+std::optional<ChainOp> ChainOpNamed(absl::string_view name) {
+  static constexpr std::pair<absl::string_view, ChainOp> kNames[] = {
+      {"add", ChainOp::kAdd},         {"sub", ChainOp::kSub}, {"mul", ChainOp::kMul},
+      {"neg", ChainOp::kNeg},         {"exp", ChainOp::kExp}, {"tanh", ChainOp::kTanh},
+      {"sigmoid", ChainOp::kSigmoid}, {"sin", ChainOp::kSin}, {"cos", ChainOp::kCos},
+      {"relu", ChainOp::kRelu},
+  };
+  for (const auto& [n, op] : kNames) {
+    if (n == name) return op;
+  }
+  return std::nullopt;
+}
+
+int ChainOpArity(ChainOp op) {
+  return op == ChainOp::kAdd || op == ChainOp::kSub || op == ChainOp::kMul ? 2 : 1;
+}
+
+Tensor RunChain(const Tensor& head, absl::Span<const ChainLink> links, int64_t* recorded) {
+  *recorded = 0;
+  const int64_t k = static_cast<int64_t>(links.size());
+  if (k == 0 || k > kMaxChainOps || !FitsChain(head, head)) return Tensor();
+  // The ops that would record a Node: those from the first with an operand requiring grad.
+  bool requires_grad = head.requires_grad();
+  int64_t nodes = 0;
+  for (const ChainLink& link : links) {
+    const bool binary = ChainOpArity(link.op) == 2;
+    if (binary != link.other.defined() || (binary && !FitsChain(link.other, head))) {
+      return Tensor();
+    }
+    requires_grad = requires_grad || (binary && link.other.requires_grad());
+    nodes += requires_grad ? 1 : 0;
+  }
+  const bool record = autograd::GradMode::is_enabled() && nodes > 0;
+  // Every op's output in one buffer: no more elements than one tensor may have.
+  const int64_t n = head.numel();
+  if (const auto& budget = CurrentMemoryBudget();
+      budget != nullptr && k * n > budget->max_tensor_elements()) {
+    return Tensor();
+  }
+  Tensor values = Tensor::Empty({k, n}, head.dtype());
+  Tensor out = Tensor::Empty(head.shape(), head.dtype());
+  DispatchFloating(head.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* rows = values.data<T>();
+    for (int64_t j = 0; j < k; ++j) {
+      const ChainLink& link = links[static_cast<size_t>(j)];
+      const T* chain = j == 0 ? head.data<T>() : rows + (j - 1) * n;
+      const T* other = link.other.defined() ? link.other.data<T>() : nullptr;
+      const bool other_first = link.chain_operand == 1;
+      ChainStepForward(link.op, rows + j * n, n, other_first ? other : chain,
+                       other_first ? chain : other);
+    }
+    std::copy(rows + (k - 1) * n, rows + k * n, out.data<T>());
+  });
+  if (!record) return out;
+
+  // Edges by the last op first, each op's in its operands' order (Note [Elementwise chains]).
+  TensorList edge_to;
+  auto node = autograd::MakeNode<ElementwiseChainBackward>();
+  node->links.resize(links.size());
+  for (size_t j = links.size(); j-- > 0;) {
+    const ChainLink& link = links[j];
+    ElementwiseChainBackward::Link& saved = node->links[j];
+    saved.op = link.op;
+    saved.chain_operand = link.chain_operand;
+    const bool head_first = j == 0 && link.chain_operand == 0;
+    if (head_first) {
+      node->head_edge = static_cast<int>(edge_to.size());
+      edge_to.push_back(head);
+    }
+    if (link.other.defined()) {
+      saved.other = SavedVariable(link.other, false);
+      saved.edge = static_cast<int>(edge_to.size());
+      edge_to.push_back(link.other);
+    }
+    if (j == 0 && !head_first) {
+      node->head_edge = static_cast<int>(edge_to.size());
+      edge_to.push_back(head);
+    }
+  }
+  node->saved_head = SavedVariable(head, false);
+  node->saved_values = SavedVariable(values, false);
+  node->set_next_edges(autograd::CollectNextEdges(absl::MakeConstSpan(edge_to)));
+  autograd::SetHistory(out, node);
+  *recorded = nodes;
+  return out;
+}
 
 void RegisterElementwiseOps(OpRegistry& registry) {
   RegisterArithmetic(registry);

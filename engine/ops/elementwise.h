@@ -23,9 +23,11 @@
 #ifndef GRADSERVE_ENGINE_OPS_ELEMENTWISE_H_
 #define GRADSERVE_ENGINE_OPS_ELEMENTWISE_H_
 
+#include <cstdint>
 #include <optional>
 
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "engine/tensor/tensor.h"
 
 namespace gradserve::ops {
@@ -63,6 +65,64 @@ Tensor mul(const Tensor& input, double other);
 bool TakesScaledSum(const Tensor& x);
 // sum(mul(x, scale)) as a 0-d float32 tensor, x as TakesScaledSum says.
 Tensor ScaledSum(const Tensor& x, double scale);
+
+// Note [Elementwise chains]
+// A small request's graph is mostly elementwise ops on tensors of a few elements, each read by
+// the next op alone: grad_tiny is mul, tanh, add, sin, mul, sigmoid, sub, exp and relu on two
+// [8] leaves. For such tensors an op's work is its bookkeeping, not its arithmetic: the output
+// tensor, the Node with its edges and metadata, and in the backward the Engine's scheduling of
+// that Node and the gradient tensors it makes, about 5.6k instructions an op (callgrind,
+// docs/benchmarks.md) where its arithmetic is a few dozen. RunChain runs a chain of such ops
+// as one: one loop per op over the elements, every op's output kept in one buffer, and one
+// Node, ElementwiseChainBackward, whose backward runs the ops' gradient formulas in reverse
+// over that buffer.
+//
+// What a caller sees does not change. Each element is computed by the very functors that the
+// ops and their backward formulas use, in the same order and dtype, so values and gradients
+// have the same bits. The Node's edges go, in order, to what the ops' Nodes' edges would
+// have reached, by the last op first: a tensor that several of the ops read gets its
+// gradients from them in the order the Engine would have delivered them (the later op's
+// first), and sums them the same way. The interpreter counts the Node as the ops it stands for
+// (num_nodes). What differs is what the ops' values were for the caller to name: the
+// intermediate values do not exist, so the interpreter uses a chain only where nothing names
+// them (Note [Values freed after their last use] in engine/graph/interpreter.h), and only
+// where its Node is never differentiated again or checked for NaN per op: one call, without
+// create_graph or anomaly mode, and no in-graph grad or checkpoint. An error inside the chain's
+// backward (a deadline, the memory budget) names ElementwiseChainBackward and the chain's last
+// op. A chain uses no more memory than its ops would: the buffer holds what their Nodes would
+// have saved.
+//
+// What takes part: float32 or float64 operands, all of one dtype and shape, contiguous, on
+// the CPU, with at most kMaxChainElements elements each and at most kMaxChainOps ops; add and
+// sub of two tensors without alpha, mul of two tensors, neg, exp, tanh, sigmoid, sin, cos and
+// relu.
+enum class ChainOp : uint8_t { kAdd, kSub, kMul, kNeg, kExp, kTanh, kSigmoid, kSin, kCos, kRelu };
+inline constexpr int64_t kMaxChainElements = int64_t{1} << 12;
+inline constexpr int64_t kMaxChainOps = 64;
+
+// The chain op of that registry name, if it has one.
+std::optional<ChainOp> ChainOpNamed(absl::string_view name);
+// 2 for add, sub and mul, 1 for the others.
+int ChainOpArity(ChainOp op);
+
+// Whether t may be an operand of a chain whose head is head (pass head itself for the head):
+// float32 or float64, contiguous, on the CPU, with 1 to kMaxChainElements elements, of head's
+// dtype and shape.
+bool FitsChain(const Tensor& t, const Tensor& head);
+
+// One op of a chain. The chain's value (the previous op's output, or the head for the first
+// op) is operand chain_operand (0 for a unary op); a binary op's other operand is other.
+struct ChainLink {
+  ChainOp op;
+  int chain_operand = 0;
+  Tensor other;
+};
+
+// Note [Elementwise chains]: the ops of links applied in turn from head, their Node recorded
+// if grad mode is on and an operand requires grad; *recorded is set to how many Nodes the ops
+// would have recorded (0 if none). Returns an undefined tensor, having done nothing, when the
+// operands do not qualify. Throws StatusError as the ops would (the memory budget).
+Tensor RunChain(const Tensor& head, absl::Span<const ChainLink> links, int64_t* recorded);
 
 // input / other, true division (integers divide as float32). DivBackward0 (DivBackward1).
 Tensor div(const Tensor& input, const Tensor& other);

@@ -96,13 +96,15 @@ GraphLease::GraphLease(const v1::Graph& wire, const graph::Limits& limits, bool 
 
 absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> GraphLease::Record(
     std::shared_ptr<graph::Graph> graph, std::shared_ptr<autograd::CancellationToken> cancel,
-    const std::vector<absl::string_view>* keep_only, std::shared_ptr<MemoryBudget> budget) {
+    const std::vector<absl::string_view>* keep_only, std::shared_ptr<MemoryBudget> budget,
+    bool elementwise_chains) {
   const bool reusing = reused_ != nullptr && graph == reused_;
   absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> recorded =
-      reusing ? graph::RecordedGraph::RecordValidated(
-                    graph, reused_slots_, limits_, std::move(cancel), keep_only, std::move(budget))
-              : graph::RecordedGraph::Record(graph, limits_, std::move(cancel), keep_only,
-                                             std::move(budget));
+      reusing
+          ? graph::RecordedGraph::RecordValidated(graph, reused_slots_, limits_, std::move(cancel),
+                                                  keep_only, std::move(budget), elementwise_chains)
+          : graph::RecordedGraph::Record(graph, limits_, std::move(cancel), keep_only,
+                                         std::move(budget), elementwise_chains);
   if (recorded.ok() && enabled_ && (reusing || Qualifies(*graph))) {
     recorded_ = std::move(graph);
     recorded_slots_ = (*recorded)->slots();

@@ -81,12 +81,12 @@ class GraphLease {
 
   // Records graph, FromProto's result: with the kept slots if it is the reusable() one
   // (RecordedGraph::RecordValidated), else validating it (RecordedGraph::Record). Once this
-  // succeeded, the destructor may keep graph. Call it at most once. keep_only and budget are
-  // Record's (engine/graph/interpreter.h).
+  // succeeded, the destructor may keep graph. Call it at most once. keep_only, budget and
+  // elementwise_chains are Record's (engine/graph/interpreter.h).
   absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> Record(
       std::shared_ptr<graph::Graph> graph, std::shared_ptr<autograd::CancellationToken> cancel,
       const std::vector<absl::string_view>* keep_only = nullptr,
-      std::shared_ptr<MemoryBudget> budget = nullptr);
+      std::shared_ptr<MemoryBudget> budget = nullptr, bool elementwise_chains = false);
 
  private:
   const graph::Limits limits_;

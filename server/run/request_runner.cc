@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "engine/util/math_mode.h"
@@ -152,8 +153,13 @@ absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const gra
                      request.return_values().end());
   }
   // Shared, not copied: the recorded Nodes share it for their labels (Note [Node labels]).
+  // Note [Elementwise chains] in engine/ops/elementwise.h: only for one plain backward call.
+  const bool chains = converted->calls.size() <= 1 &&
+                      absl::c_none_of(converted->calls, [](const graph::BackwardCall& call) {
+                        return call.create_graph || call.anomaly_mode;
+                      });
   absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> recorded = lease.Record(
-      std::move(converted->graph), cancel, held ? nullptr : &keep_only, std::move(budget));
+      std::move(converted->graph), cancel, held ? nullptr : &keep_only, std::move(budget), chains);
   if (!recorded.ok()) return recorded.status();
   recorded_ = *std::move(recorded);
   graph::RecordedGraph& g = *recorded_;
