@@ -87,10 +87,11 @@ Tensor ScaledSum(const Tensor& x, double scale);
 // intermediate values do not exist, so the interpreter uses a chain only where nothing names
 // them (Note [Values freed after their last use] in engine/graph/interpreter.h), and only
 // where its Node is never differentiated again or checked for NaN per op: one call, without
-// create_graph or anomaly mode, and no in-graph grad or checkpoint. An error inside the chain's
-// backward (a deadline, the memory budget) names ElementwiseChainBackward and the chain's last
-// op. A chain uses no more memory than its ops would: the buffer holds what their Nodes would
-// have saved.
+// create_graph or anomaly mode, and no in-graph grad or checkpoint. An error inside a chain
+// names the chain's first op when the forward pass raises it (the memory budget), and
+// ElementwiseChainBackward labelled with the chain's last op when the backward does (a
+// deadline, the memory budget). A chain uses no more memory than its ops would: the buffer
+// holds what their Nodes would have saved.
 //
 // What takes part: float32 or float64 operands, all of one dtype and shape, contiguous, on
 // the CPU, with at most kMaxChainElements elements each and at most kMaxChainOps ops; add and

@@ -152,12 +152,12 @@ absl::Status RequestRunner::RunOrThrow(const v1::GradRequest& request, const gra
     keep_only.insert(keep_only.end(), request.return_values().begin(),
                      request.return_values().end());
   }
-  // Shared, not copied: the recorded Nodes share it for their labels (Note [Node labels]).
   // Note [Elementwise chains] in engine/ops/elementwise.h: only for one plain backward call.
   const bool chains = converted->calls.size() <= 1 &&
                       absl::c_none_of(converted->calls, [](const graph::BackwardCall& call) {
                         return call.create_graph || call.anomaly_mode;
                       });
+  // Shared, not copied: the recorded Nodes share it for their labels (Note [Node labels]).
   absl::StatusOr<std::unique_ptr<graph::RecordedGraph>> recorded = lease.Record(
       std::move(converted->graph), cancel, held ? nullptr : &keep_only, std::move(budget), chains);
   if (!recorded.ok()) return recorded.status();

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "client/library/gradserve_client.h"
 #include "gtest/gtest.h"
@@ -80,6 +81,52 @@ TEST(RequestRunnerTest, AFailedCallStillGivesTheGraphBack) {
   }
   // The graph validated and recorded, so it is kept for the next request.
   EXPECT_TRUE(ThreadKeeps(SquareOf("failed_x")));
+}
+
+// loss = sum(relu(exp(tanh(x * w)))): three ops after the mul that a request with one plain
+// call runs as one chain (Note [Elementwise chains] in engine/ops/elementwise.h).
+v1::GradRequest ChainOf(const std::string& x) {
+  RequestBuilder b;
+  b.Leaf(x, HostTensor::Float32({0.5, -1, 2}, {3}), /*requires_grad=*/true)
+      .Leaf("w", HostTensor::Float32({1.5, 0.25, -0.75}, {3}), /*requires_grad=*/true)
+      .Op("mul", {x, "w"}, {"a"})
+      .Op("tanh", {"a"}, {"b"})
+      .Op("exp", {"b"}, {"c"})
+      .Op("relu", {"c"}, {"d"})
+      .Op("sum", {"d"}, {"loss"});
+  b.Grad({"loss"}, {x});
+  return b.request();
+}
+
+TEST(RequestRunnerTest, RequestsThatCouldTellRunTheirOpsOneByOne) {
+  // Two calls: the second meets the first's released Nodes, and its error names the op's own
+  // Node, as PyTorch's would, not a chain's.
+  v1::GradRequest twice = ChainOf("chain_twice_x");
+  *twice.add_calls() = twice.calls(0);
+  v1::GradResponse response;
+  {
+    RequestRunner runner;
+    const absl::Status status =
+        runner.Run(twice, graph::Limits(), NoDeadline(), absl::Now(), &response);
+    EXPECT_FALSE(status.ok());
+    EXPECT_TRUE(absl::StrContains(status.message(), "ReluBackward0")) << status;
+    EXPECT_EQ(response.num_nodes(), 5);
+  }
+  // create_graph: the gradient is recorded through the ops' own Nodes, and comes back.
+  v1::GradRequest create_graph = ChainOf("chain_create_graph_x");
+  create_graph.mutable_calls(0)->set_create_graph(true);
+  v1::GradRequest plain = ChainOf("chain_plain_x");
+  std::vector<std::vector<double>> grads;
+  for (const v1::GradRequest* request : {&create_graph, &plain}) {
+    v1::GradResponse r;
+    RequestRunner runner;
+    ASSERT_TRUE(runner.Run(*request, graph::Limits(), NoDeadline(), absl::Now(), &r).ok());
+    EXPECT_EQ(r.num_nodes(), 5);
+    absl::StatusOr<HostTensor> value = HostTensor::FromProto(r.calls(0).gradients(0).value());
+    ASSERT_TRUE(value.ok()) << value.status();
+    grads.push_back(value->ToDoubles());
+  }
+  EXPECT_EQ(grads[0], grads[1]);
 }
 
 }  // namespace
