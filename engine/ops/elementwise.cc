@@ -1816,9 +1816,9 @@ void ChainStepForward(ChainOp op, T* out, int64_t n, const T* a, const T* b) {
   }
 }
 
-// Note [Elementwise chains]. saved: head, then each binary op's other operand; values: every
-// op's output, one row each. A link's operands are (chain value, other) in the order of
-// chain_operand.
+// Note [Elementwise chains]. saved: the head, and each mul's other operand (what MulBackward0
+// saves; add and sub save none); values: every op's output, one row each. A link's operands are
+// (chain value, other) in the order of chain_operand.
 class ElementwiseChainBackward final : public autograd::Node {
  public:
   TensorList apply(TensorList&& grads) override {
@@ -1847,8 +1847,8 @@ class ElementwiseChainBackward final : public autograd::Node {
   struct Link {
     ChainOp op;
     int chain_operand;
-    SavedVariable other;  // binary ops
-    int edge = -1;        // the next edge of other's gradient; -1 for none
+    SavedVariable other;  // mul's other operand
+    int edge = -1;        // binary ops: the next edge of the other operand's gradient
   };
   std::vector<Link> links;
   SavedVariable saved_head;
@@ -1867,7 +1867,6 @@ class ElementwiseChainBackward final : public autograd::Node {
       const T* out = rows + static_cast<int64_t>(j) * n;
       if (link.edge >= 0) {
         // The other operand's gradient, as the op's formula makes it.
-        const Tensor other = link.other.unpack(this);
         if (should_compute_output(static_cast<size_t>(link.edge))) {
           Tensor d = Tensor::Empty(g.shape(), g.dtype());
           T* dv = d.data<T>();
@@ -1880,11 +1879,11 @@ class ElementwiseChainBackward final : public autograd::Node {
               if (other_first) {
                 std::copy(gv, gv + n, dv);
               } else {
-                MapN(dv, n, Affine{-1.0, 0.0}, static_cast<const T*>(gv));
+                MapN(dv, n, Affine{-1.0, 0.0}, gv);
               }
               break;
             case ChainOp::kMul:  // each operand gets g times the other
-              MapN(dv, n, Times{}, static_cast<const T*>(gv), in);
+              MapN(dv, n, Times{}, gv, in);
               break;
             default:
               GS_CHECK_INTERNAL(false, "a unary chain op has no other operand");
@@ -1892,33 +1891,34 @@ class ElementwiseChainBackward final : public autograd::Node {
           r[static_cast<size_t>(link.edge)] = std::move(d);
         }
         if (link.op == ChainOp::kMul) {
-          MapN(gv, n, Times{}, static_cast<const T*>(gv), other.data<T>());
+          const Tensor other = link.other.unpack(this);
+          MapN(gv, n, Times{}, gv, other.data<T>());
         } else if (link.op == ChainOp::kSub && link.chain_operand == 1) {
-          MapN(gv, n, Affine{-1.0, 0.0}, static_cast<const T*>(gv));
+          MapN(gv, n, Affine{-1.0, 0.0}, gv);
         }
         continue;
       }
       switch (link.op) {
         case ChainOp::kNeg:
-          MapN(gv, n, Negate{}, static_cast<const T*>(gv));
+          MapN(gv, n, Negate{}, gv);
           break;
         case ChainOp::kExp:
-          MapN(gv, n, Times{}, static_cast<const T*>(gv), out);
+          MapN(gv, n, Times{}, gv, out);
           break;
         case ChainOp::kTanh:
-          MapN(gv, n, TanhGrad{}, static_cast<const T*>(gv), out);
+          MapN(gv, n, TanhGrad{}, gv, out);
           break;
         case ChainOp::kSigmoid:
-          MapN(gv, n, SigmoidGrad{}, static_cast<const T*>(gv), out);
+          MapN(gv, n, SigmoidGrad{}, gv, out);
           break;
         case ChainOp::kSin:
-          MapN(gv, n, SinGrad{}, static_cast<const T*>(gv), in);
+          MapN(gv, n, SinGrad{}, gv, in);
           break;
         case ChainOp::kCos:
-          MapN(gv, n, CosGrad{}, static_cast<const T*>(gv), in);
+          MapN(gv, n, CosGrad{}, gv, in);
           break;
         case ChainOp::kRelu:
-          MapN(gv, n, ReluGrad{}, static_cast<const T*>(gv), out);
+          MapN(gv, n, ReluGrad{}, gv, out);
           break;
         default:
           break;  // add, sub and mul: above
@@ -2010,7 +2010,7 @@ Tensor RunChain(const Tensor& head, absl::Span<const ChainLink> links, int64_t* 
       edge_to.push_back(head);
     }
     if (link.other.defined()) {
-      saved.other = SavedVariable(link.other, false);
+      if (link.op == ChainOp::kMul) saved.other = SavedVariable(link.other, false);
       saved.edge = static_cast<int>(edge_to.size());
       edge_to.push_back(link.other);
     }
