@@ -10,6 +10,7 @@ Usage: build_pgo_test.py REPO_ROOT BUILD_DIR
 """
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -26,9 +27,11 @@ def run(*args):
 
 
 class BuildPgoTest(unittest.TestCase):
-    def fake_tree(self, server_body):
-        """A build tree whose server is a shell script, and whose tool is the real one."""
+    def train_with_server(self, server_body):
+        """--train-only on a tree whose server is a shell script and whose tool is the real
+        one; asserts that the training fails, and returns the result."""
         tree = tempfile.mkdtemp(prefix="build_pgo_")
+        self.addCleanup(shutil.rmtree, tree)
         os.makedirs(os.path.join(tree, "server"))
         os.makedirs(os.path.join(tree, "client"))
         server = os.path.join(tree, "server", "gradserve-server")
@@ -37,7 +40,9 @@ class BuildPgoTest(unittest.TestCase):
         os.chmod(server, stat.S_IRWXU)
         os.symlink(os.path.join(BUILD, "client", "gradserve"),
                    os.path.join(tree, "client", "gradserve"))
-        return tree
+        result = run("--train-only", f"--build-dir={tree}")
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        return result
 
     def test_the_training_mix_runs_against_this_tree(self):
         result = run("--train-only", f"--build-dir={BUILD}")
@@ -45,17 +50,13 @@ class BuildPgoTest(unittest.TestCase):
         self.assertIn("the training mix ran", result.stdout)
 
     def test_a_server_that_does_not_start_fails_with_its_log(self):
-        tree = self.fake_tree("echo 'no such flag: --listen' >&2; exit 1")
-        result = run("--train-only", f"--build-dir={tree}")
-        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        result = self.train_with_server("echo 'no such flag: --listen' >&2; exit 1")
         self.assertIn("the server did not start", result.stderr)
         self.assertIn("no such flag: --listen", result.stderr)
 
     def test_a_server_that_fails_its_calls_fails_the_training(self):
         # It says it listens, but nothing answers there.
-        tree = self.fake_tree("echo 'listening on 127.0.0.1:9' >&2; exec sleep 60")
-        result = run("--train-only", f"--build-dir={tree}")
-        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        result = self.train_with_server("echo 'listening on 127.0.0.1:9' >&2; exec sleep 60")
         self.assertIn("training load 'ping 1 1500' failed", result.stderr)
         self.assertIn("training failed", result.stderr)
 
